@@ -1,0 +1,1865 @@
+//! The engine state machine: request admission, group commit, reads, the flusher and replay.
+//!
+//! State, from the drive's point of view:
+//! - *flushed*: the metadata area plus data blocks, mirrored in RAM by `index` (object -> block,
+//!   version) and `block_refs` (who holds each block);
+//! - *committed*: journal records that are durable but not yet flushed, mirrored by `dirty`
+//!   (per object, its journal entries in version order).
+//!
+//! A write is acknowledged when its journal record is durable. The flusher applies the oldest
+//! records to the flushed state (data copy, flush, metadata write) and only then moves the
+//! journal tail in the superblock, so replay after a crash always starts from a flushed state
+//! plus every record that may not be in it. Applying a record whose effect is already flushed
+//! is recognised by versions (versions only grow, across deletes too) and skipped.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use platform::{AlignedBuffer, Disk, DiskCompletion, DiskError, DiskOp, DiskRequest};
+
+use crate::index::{Index, IndexEntry};
+use crate::layout::{
+    page_crc, Geometry, JournalEntry, JournalEntryKind, MetaEntry, RecordError, RecordHeader, Superblock,
+    SuperblockError, PAGE_SIZE_BYTES, SUPERBLOCK_SIZE_BYTES,
+};
+use crate::meta_cache::{Lookup, MetaCache, Waiter};
+use crate::{Completion, EngineError, FormatError, ObjectId, OpenError, Reply, Request, SpaceStats};
+
+const PAGE: u64 = PAGE_SIZE_BYTES as u64;
+const PAGE_USIZE: usize = PAGE_SIZE_BYTES as usize;
+/// Largest journal record one group commit writes.
+const RECORD_SIZE_MAX_BYTES: u64 = 4 << 20;
+/// Bounds of one flusher job.
+const FLUSH_JOB_RECORDS_MAX: usize = 256;
+const FLUSH_JOB_COPY_RUNS_MAX: usize = 1024;
+
+#[derive(Debug, Clone)]
+pub struct FormatOptions {
+    pub object_size_bytes: u64,
+    /// Defaults to 1/16 of the device, between 16 MiB and 256 MiB.
+    pub journal_size_bytes: Option<u64>,
+    /// Random per format; journal records carry it (see `Superblock::nonce`).
+    pub nonce: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// RAM for cached metadata pages (checksums); object data is never cached.
+    pub meta_cache_bytes: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> EngineOptions {
+        EngineOptions { meta_cache_bytes: 64 << 20 }
+    }
+}
+
+/// What each in-flight disk request is for.
+#[derive(Debug)]
+enum Io {
+    BigData { write: u64 },
+    JournalRecord,
+    ReadRun { read: u64, run: usize },
+    MetaLoad { page: u32 },
+    FlushCopyRead { run: usize },
+    FlushCopyWrite,
+    FlushBarrier,
+    MetaWrite,
+    Superblock,
+}
+
+/// A write or delete waiting for, or in, its journal record.
+struct PendingEntry {
+    write_seq: u64,
+    user_data: u64,
+    object: ObjectId,
+    kind: PendingKind,
+}
+
+enum PendingKind {
+    Small { offset_pages: u32, data: AlignedBuffer, page_crcs: Vec<u32> },
+    /// Data already written to `block`.
+    Big { block: u32, page_crcs: Vec<u32> },
+    Delete,
+}
+
+/// A whole-object write while its data goes to a fresh block.
+struct BigWrite {
+    write_seq: u64,
+    user_data: u64,
+    object: ObjectId,
+    block: u32,
+    page_crcs: Vec<u32>,
+}
+
+struct QueuedWrite {
+    write_seq: u64,
+    user_data: u64,
+    object: ObjectId,
+    request: Request,
+}
+
+/// One entry of an object's committed, unflushed history.
+#[derive(Debug, Clone)]
+struct DirtyEntry {
+    record_seq: u64,
+    version: u64,
+    kind: DirtyKind,
+}
+
+#[derive(Debug, Clone)]
+enum DirtyKind {
+    /// Data at `journal_offset_bytes` (absolute) holding pages `offset_pages..+page_crcs.len()`.
+    Small { offset_pages: u32, journal_offset_bytes: u64, page_crcs: Vec<u32> },
+    Big { block: u32, page_crcs: Vec<u32> },
+    Delete,
+}
+
+#[derive(Default)]
+struct DirtyObject {
+    entries: Vec<DirtyEntry>,
+    /// A free block is promised to this object for when its small writes are flushed.
+    reserved: bool,
+}
+
+struct RecordInfo {
+    seq: u64,
+    offset_bytes: u64,
+    objects: Vec<ObjectId>,
+}
+
+struct SealedEntry {
+    write_seq: u64,
+    user_data: u64,
+    entry: JournalEntry,
+    reserves_block: bool,
+}
+
+struct RecordInFlight {
+    seq: u64,
+    header_size_bytes: u32,
+    offset_bytes: u64,
+    size_bytes: u64,
+    entries: Vec<SealedEntry>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PageSource {
+    Zero,
+    Journal { offset_bytes: u64, crc: u32 },
+    /// Page of a data block; the checksum comes from the metadata entry unless given.
+    Block { block: u32, page: u32, crc: Option<u32> },
+}
+
+struct ReadRun {
+    disk_offset_bytes: u64,
+    first_page: usize,
+    page_count: usize,
+}
+
+struct ReadOp {
+    user_data: u64,
+    object: ObjectId,
+    offset_bytes: u32,
+    version: u64,
+    sources: Vec<PageSource>,
+    runs: Vec<ReadRun>,
+    /// The result; disk runs land here directly when there is only one run.
+    data: AlignedBuffer,
+    ios_pending: usize,
+    /// Metadata of the clean block, once known.
+    meta_needed: Option<(u32, u32)>,
+    meta: Option<Result<Option<MetaEntry>, EngineError>>,
+    pinned_blocks: Vec<u32>,
+    pinned_record: Option<u64>,
+    error: Option<EngineError>,
+}
+
+/// The flushed-state change one object gets from a flusher job.
+struct ObjectFlush {
+    object: ObjectId,
+    old: Option<IndexEntry>,
+    new: Option<NewState>,
+    /// Dirty entries of the object that the job consumes (a prefix of its list).
+    consumed: usize,
+    consumes_reservation: bool,
+}
+
+struct NewState {
+    block: u32,
+    version: u64,
+    base: StateBase,
+    /// Page -> (journal offset, crc) copied into the block by this job.
+    updates: BTreeMap<u32, (u64, u32)>,
+}
+
+enum StateBase {
+    /// Start from the block's current metadata entry.
+    Existing,
+    /// A freshly allocated block: nothing written.
+    Fresh,
+    /// A whole-object write with these checksums.
+    Whole(Vec<u32>),
+}
+
+#[derive(PartialEq, Eq, Debug, Clone, Copy)]
+enum FlushPhase {
+    Load,
+    Copy,
+    Barrier,
+    Meta,
+    MetaBarrier,
+    Superblock,
+}
+
+struct FlushJob {
+    phase: FlushPhase,
+    last_seq: u64,
+    objects: Vec<ObjectFlush>,
+    freed: Vec<u32>,
+    meta_pages: BTreeSet<u32>,
+    loads_pending: usize,
+    copy_runs: Vec<(u64, u64, usize)>,
+    ios_pending: usize,
+    new_tail: Option<(u64, u64)>,
+}
+
+pub struct Engine<D: Disk> {
+    disk: D,
+    superblock: Superblock,
+    geometry: Geometry,
+    poisoned: Option<String>,
+
+    index: Index,
+    dirty: HashMap<ObjectId, DirtyObject>,
+    /// Holders of each data block: the index, dirty whole-object writes, writes in their data
+    /// phase and reads in flight. Zero means free.
+    block_refs: Vec<u16>,
+    free_blocks: u32,
+    reserved_blocks: u32,
+    allocation_cursor: u32,
+    last_version: u64,
+
+    next_io_id: u64,
+    ios: HashMap<u64, Io>,
+    reaped: Vec<DiskCompletion>,
+    completions: Vec<Completion>,
+
+    next_write_seq: u64,
+    writes_in_flight: BTreeSet<u64>,
+    flush_waiters: VecDeque<(u64, u64)>,
+
+    big_writes: HashMap<u64, BigWrite>,
+    /// Objects with a whole-object write in its data phase, and the writes queued behind it.
+    object_queues: HashMap<ObjectId, VecDeque<QueuedWrite>>,
+    pending: VecDeque<PendingEntry>,
+
+    journal_head_bytes: u64,
+    next_record_seq: u64,
+    records: VecDeque<RecordInfo>,
+    record_in_flight: Option<RecordInFlight>,
+    flushed_seq: u64,
+    journal_pins: BTreeMap<u64, u32>,
+
+    next_read_id: u64,
+    reads: HashMap<u64, ReadOp>,
+    meta_cache: MetaCache,
+    flush_job: Option<FlushJob>,
+}
+
+fn invalid(reason: impl Into<String>) -> EngineError {
+    EngineError::InvalidArgument { reason: reason.into() }
+}
+
+fn page_crcs(data: &[u8]) -> Vec<u32> {
+    data.chunks_exact(PAGE_USIZE).map(page_crc).collect()
+}
+
+impl<D: Disk> Engine<D> {
+    // -----------------------------------------------------------------------------------------
+    // Format and open.
+
+    /// Writes a new, empty engine onto `disk`, destroying what it held.
+    pub fn format(mut disk: D, options: &FormatOptions) -> Result<D, FormatError> {
+        let geometry = Geometry::compute(disk.size_bytes(), options.object_size_bytes, options.journal_size_bytes)?;
+        // Free metadata entries are zeros.
+        let chunk_bytes = 1u64 << 20;
+        let zeros = AlignedBuffer::zeroed(chunk_bytes as usize);
+        let mut offset = geometry.meta_offset_bytes;
+        while offset < geometry.data_offset_bytes {
+            let len = chunk_bytes.min(geometry.data_offset_bytes - offset);
+            let buffer = if len == chunk_bytes { zeros.clone() } else { AlignedBuffer::zeroed(len as usize) };
+            sync_io(&mut disk, DiskOp::Write, offset, buffer)?;
+            offset += len;
+        }
+        // The first journal page is zeroed so no record of an earlier format is mistaken for
+        // the first one (the nonce protects the rest).
+        sync_io(&mut disk, DiskOp::Write, geometry.journal_offset_bytes, AlignedBuffer::zeroed(PAGE_USIZE))?;
+        let superblock = Superblock {
+            geometry,
+            generation: 1,
+            nonce: options.nonce,
+            osd_id: 0,
+            journal_tail_offset_bytes: geometry.journal_offset_bytes,
+            journal_tail_seq: 1,
+        };
+        // Both copies start equal; later writes alternate, so one valid copy always survives.
+        let encoded = AlignedBuffer::from_slice(&superblock.encode());
+        sync_io(&mut disk, DiskOp::Write, SUPERBLOCK_SIZE_BYTES, encoded.clone())?;
+        sync_io(&mut disk, DiskOp::WriteFlush, 0, encoded)?;
+        Ok(disk)
+    }
+
+    /// Reads only the superblock: what `open` would find, without replaying anything.
+    pub fn probe(disk: &mut D) -> Result<Superblock, OpenError> {
+        let first = read_superblock(disk, 0)?;
+        let second = read_superblock(disk, SUPERBLOCK_SIZE_BYTES)?;
+        match (first, second) {
+            (Ok(a), Ok(b)) => Ok(if a.generation >= b.generation { a } else { b }),
+            (Ok(a), Err(_)) => Ok(a),
+            (Err(_), Ok(b)) => Ok(b),
+            (Err(SuperblockError::NotBasalt), Err(SuperblockError::NotBasalt)) => Err(SuperblockError::NotBasalt.into()),
+            (Err(first), Err(second)) => {
+                // A version mismatch is the more useful message when one copy is valid enough to say it.
+                for error in [&first, &second] {
+                    if let SuperblockError::Version { .. } = error {
+                        return Err(OpenError::Superblock(error.clone()));
+                    }
+                }
+                Err(OpenError::SuperblocksDamaged { first, second })
+            }
+        }
+    }
+
+    /// Opens an engine: rebuilds the index from the metadata area and replays the journal.
+    pub fn open(mut disk: D, options: &EngineOptions) -> Result<Engine<D>, OpenError> {
+        let superblock = Self::probe(&mut disk)?;
+        let geometry = superblock.geometry;
+        if disk.size_bytes() < geometry.device_size_bytes {
+            return Err(OpenError::DeviceShrunk {
+                expected_bytes: geometry.device_size_bytes,
+                actual_bytes: disk.size_bytes(),
+            });
+        }
+        let block_count = geometry.block_count as usize;
+        let mut engine = Engine {
+            disk,
+            superblock: superblock.clone(),
+            geometry,
+            poisoned: None,
+            index: Index::default(),
+            dirty: HashMap::new(),
+            block_refs: vec![0; block_count],
+            free_blocks: geometry.block_count,
+            reserved_blocks: 0,
+            allocation_cursor: 0,
+            last_version: 0,
+            next_io_id: 1,
+            ios: HashMap::new(),
+            reaped: Vec::new(),
+            completions: Vec::new(),
+            next_write_seq: 1,
+            writes_in_flight: BTreeSet::new(),
+            flush_waiters: VecDeque::new(),
+            big_writes: HashMap::new(),
+            object_queues: HashMap::new(),
+            pending: VecDeque::new(),
+            journal_head_bytes: superblock.journal_tail_offset_bytes,
+            next_record_seq: superblock.journal_tail_seq,
+            records: VecDeque::new(),
+            record_in_flight: None,
+            flushed_seq: superblock.journal_tail_seq - 1,
+            journal_pins: BTreeMap::new(),
+            next_read_id: 1,
+            reads: HashMap::new(),
+            meta_cache: MetaCache::new(options.meta_cache_bytes / PAGE_USIZE),
+            flush_job: None,
+        };
+        engine.load_metadata()?;
+        engine.replay_journal()?;
+        Ok(engine)
+    }
+
+    /// Scans the metadata area into the index. Two entries for one object (a crash between
+    /// writing the new block's entry and clearing the old one) keep the newer; the stale one is
+    /// cleared on disk before the engine serves.
+    fn load_metadata(&mut self) -> Result<(), OpenError> {
+        let g = self.geometry;
+        let entry_size = g.meta_entry_size_bytes as usize;
+        let chunk_bytes = 4u64 << 20;
+        let mut stale_blocks = Vec::new();
+        let mut offset = g.meta_offset_bytes;
+        let meta_end = g.meta_offset_bytes + u64::from(g.block_count) * u64::from(g.meta_entry_size_bytes);
+        while offset < meta_end {
+            let len = chunk_bytes.min(g.data_offset_bytes - offset);
+            let buffer = sync_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(len as usize))?;
+            let first_block = ((offset - g.meta_offset_bytes) / entry_size as u64) as u32;
+            for (index, slot) in buffer.chunks_exact(entry_size).enumerate() {
+                let block = first_block + index as u32;
+                if block >= g.block_count {
+                    break;
+                }
+                let entry = MetaEntry::decode(slot, g.pages_per_object()).map_err(|_| OpenError::MetaCorrupt {
+                    block,
+                    offset_bytes: offset + (index * entry_size) as u64,
+                })?;
+                let Some(entry) = entry else { continue };
+                self.last_version = self.last_version.max(entry.version);
+                let new = IndexEntry { block, version: entry.version };
+                match self.index.get(entry.object) {
+                    Some(existing) if existing.version >= entry.version => stale_blocks.push(block),
+                    existing => {
+                        if let Some(existing) = existing {
+                            stale_blocks.push(existing.block);
+                            self.release_block(existing.block);
+                        }
+                        self.index.insert(entry.object, new);
+                        self.hold_block(block);
+                    }
+                }
+            }
+            offset += len;
+        }
+        for block in stale_blocks {
+            let (page, at) = g.meta_location(block);
+            let mut bytes = sync_io(&mut self.disk, DiskOp::Read, g.meta_page_offset_bytes(page), AlignedBuffer::zeroed(PAGE_USIZE))?;
+            MetaEntry::encode(None, &mut bytes[at..at + entry_size]);
+            sync_io(&mut self.disk, DiskOp::Write, g.meta_page_offset_bytes(page), bytes)?;
+        }
+        sync_io(&mut self.disk, DiskOp::Flush, 0, AlignedBuffer::empty())?;
+        Ok(())
+    }
+
+    /// Replays journal records from the superblock's tail.
+    ///
+    /// | what is found at the next position          | meaning                      | action          |
+    /// |---------------------------------------------|------------------------------|-----------------|
+    /// | no magic/nonce, or a stale (lower) seq      | end of the log               | stop            |
+    /// | the expected seq, valid header and data     | a committed record           | apply, continue |
+    /// | the expected seq (or magic) but a bad crc   | torn last group commit, or   | scan for later  |
+    /// |                                             | rot of an acknowledged one   | records: none = |
+    /// |                                             |                              | torn (discard), |
+    /// |                                             |                              | some = corrupt  |
+    ///
+    /// Group commits are strictly sequential (the next record is written only after the
+    /// previous one is durable), so only the last record can be torn.
+    fn replay_journal(&mut self) -> Result<(), OpenError> {
+        let g = self.geometry;
+        let mut position = self.superblock.journal_tail_offset_bytes;
+        let mut seq = self.superblock.journal_tail_seq;
+        loop {
+            let mut candidates = vec![position];
+            if position != g.journal_offset_bytes {
+                candidates.push(g.journal_offset_bytes);
+            }
+            let mut found = None;
+            let mut broken = None;
+            for candidate in candidates {
+                if candidate + PAGE > g.journal_end_bytes() {
+                    continue;
+                }
+                match self.read_record(candidate, seq)? {
+                    RecordRead::Valid(header, data) => {
+                        found = Some((candidate, header, data));
+                        break;
+                    }
+                    RecordRead::Absent => {}
+                    RecordRead::Broken(reason) => broken = broken.or(Some((candidate, reason))),
+                }
+            }
+            match found {
+                Some((offset, header, data)) => {
+                    let size = u64::from(header.header_size_bytes) + u64::from(header.data_size_bytes);
+                    self.apply_replayed_record(offset, &header, &data);
+                    position = offset + size;
+                    seq += 1;
+                    if position >= g.journal_end_bytes() {
+                        position = g.journal_offset_bytes;
+                    }
+                }
+                None => {
+                    if let Some((offset, reason)) = broken {
+                        if self.journal_has_record_after(seq)? {
+                            return Err(OpenError::JournalCorrupt { seq, offset_bytes: offset, reason });
+                        }
+                        // Torn last group commit: never acknowledged. Erase its header so a later
+                        // record with the same seq elsewhere cannot be confused with it.
+                        sync_io(&mut self.disk, DiskOp::WriteFlush, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
+                    }
+                    break;
+                }
+            }
+        }
+        self.journal_head_bytes = position;
+        self.next_record_seq = seq;
+        Ok(())
+    }
+
+    fn read_record(&mut self, offset: u64, seq: u64) -> Result<RecordRead, OpenError> {
+        let g = self.geometry;
+        let nonce = self.superblock.nonce;
+        let first = sync_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
+        let (found_seq, header_size, data_size) = match RecordHeader::peek(&first, nonce) {
+            Ok(fixed) => fixed,
+            Err(_) => return Ok(RecordRead::Absent),
+        };
+        if found_seq < seq || found_seq > seq {
+            // A stale record of an earlier lap, or bytes of one. A later seq here would mean
+            // lost records, which the scan below reports.
+            return Ok(if found_seq > seq { RecordRead::Broken(format!("found seq {found_seq}")) } else { RecordRead::Absent });
+        }
+        let total = u64::from(header_size) + u64::from(data_size);
+        if header_size == 0
+            || u64::from(header_size) % PAGE != 0
+            || u64::from(data_size) % PAGE != 0
+            || offset + total > g.journal_end_bytes()
+        {
+            return Ok(RecordRead::Broken("record size out of range".into()));
+        }
+        let whole = if total as usize == PAGE_USIZE {
+            first
+        } else {
+            sync_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(total as usize))?
+        };
+        let header = match RecordHeader::decode(&whole, nonce, g.pages_per_object()) {
+            Ok(header) => header,
+            Err(RecordError::Absent) => return Ok(RecordRead::Absent),
+            Err(error) => return Ok(RecordRead::Broken(error.to_string())),
+        };
+        let data = &whole[header_size as usize..];
+        for entry in &header.entries {
+            match entry.kind {
+                JournalEntryKind::Small { data_offset_pages, .. } => {
+                    for (index, crc) in entry.page_crcs.iter().enumerate() {
+                        let at = (data_offset_pages as usize + index) * PAGE_USIZE;
+                        if page_crc(&data[at..at + PAGE_USIZE]) != *crc {
+                            return Ok(RecordRead::Broken(format!("data page of object {} fails its checksum", entry.object)));
+                        }
+                    }
+                }
+                JournalEntryKind::Big { block } => {
+                    if block >= g.block_count {
+                        return Ok(RecordRead::Broken(format!("block {block} out of range")));
+                    }
+                    if self.index.get(entry.object).is_some_and(|clean| clean.version >= entry.version) {
+                        continue;
+                    }
+                    let bytes = sync_io(
+                        &mut self.disk,
+                        DiskOp::Read,
+                        g.block_offset_bytes(block),
+                        AlignedBuffer::zeroed(g.object_size_bytes as usize),
+                    )?;
+                    if page_crcs(&bytes) != entry.page_crcs {
+                        return Ok(RecordRead::Broken(format!("data block {block} of object {} fails its checksum", entry.object)));
+                    }
+                }
+                JournalEntryKind::Delete => {}
+            }
+        }
+        Ok(RecordRead::Valid(header, whole))
+    }
+
+    fn journal_has_record_after(&mut self, seq: u64) -> Result<bool, OpenError> {
+        let g = self.geometry;
+        let chunk_bytes = 4u64 << 20;
+        let mut offset = g.journal_offset_bytes;
+        while offset < g.journal_end_bytes() {
+            let len = chunk_bytes.min(g.journal_end_bytes() - offset);
+            let bytes = sync_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(len as usize))?;
+            for page in bytes.chunks_exact(PAGE_USIZE) {
+                if let Ok((found, _, _)) = RecordHeader::peek(page, self.superblock.nonce) {
+                    if found > seq {
+                        return Ok(true);
+                    }
+                }
+            }
+            offset += len;
+        }
+        Ok(false)
+    }
+
+    fn apply_replayed_record(&mut self, offset_bytes: u64, header: &RecordHeader, _whole: &[u8]) {
+        let data_offset_bytes = offset_bytes + u64::from(header.header_size_bytes);
+        let mut objects = Vec::new();
+        for entry in &header.entries {
+            self.last_version = self.last_version.max(entry.version);
+            if self.index.get(entry.object).is_some_and(|clean| clean.version >= entry.version) {
+                continue; // Already flushed.
+            }
+            let reserves_block = matches!(entry.kind, JournalEntryKind::Small { .. })
+                && !self.object_has_block(entry.object)
+                && !self.dirty.get(&entry.object).is_some_and(|dirty| dirty.reserved);
+            if reserves_block {
+                self.reserved_blocks += 1;
+            }
+            if let JournalEntryKind::Big { block } = entry.kind {
+                self.hold_block(block);
+            }
+            self.commit_entry(header.seq, data_offset_bytes, entry, reserves_block);
+            objects.push(entry.object);
+        }
+        objects.sort_unstable();
+        objects.dedup();
+        self.records.push_back(RecordInfo {
+            seq: header.seq,
+            offset_bytes,
+            objects,
+        });
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Public API.
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.superblock
+    }
+
+    pub fn object_size_bytes(&self) -> u32 {
+        self.geometry.object_size_bytes
+    }
+
+    pub fn disk(&self) -> &D {
+        &self.disk
+    }
+
+    /// Stops the engine and returns its disk (in-flight work is abandoned, as in a crash).
+    pub fn into_disk(self) -> D {
+        self.disk
+    }
+
+    /// Every object with its version: flushed ones from the index, overlaid by journaled ones.
+    pub fn list_objects(&self) -> Vec<(ObjectId, u64)> {
+        let mut objects: BTreeMap<ObjectId, Option<u64>> =
+            self.index.iter().map(|(object, entry)| (object, Some(entry.version))).collect();
+        for (object, dirty) in &self.dirty {
+            let Some(last) = dirty.entries.last() else { continue };
+            let exists = !matches!(last.kind, DirtyKind::Delete);
+            objects.insert(*object, exists.then_some(last.version));
+        }
+        objects.into_iter().filter_map(|(object, version)| Some((object, version?))).collect()
+    }
+
+    pub fn space(&self) -> SpaceStats {
+        let object_size = u64::from(self.geometry.object_size_bytes);
+        let block_count = u64::from(self.geometry.block_count);
+        let available = u64::from(self.free_blocks.saturating_sub(self.reserved_blocks));
+        SpaceStats {
+            total_bytes: block_count * object_size,
+            used_bytes: (block_count - u64::from(self.free_blocks)) * object_size,
+            free_bytes: available * object_size,
+            journal_total_bytes: self.geometry.journal_size_bytes,
+            journal_used_bytes: self.journal_used_bytes(),
+            object_count: self.list_objects().len() as u64,
+        }
+    }
+
+    /// Heap bytes of the per-object index (the RAM budget's subject).
+    pub fn index_memory_bytes(&self) -> usize {
+        self.index.memory_bytes() + self.block_refs.capacity() * size_of::<u16>()
+    }
+
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poisoned.as_deref()
+    }
+
+    /// True when nothing is in flight or queued, the flusher included.
+    pub fn is_idle(&self) -> bool {
+        self.ios.is_empty()
+            && self.pending.is_empty()
+            && self.completions.is_empty()
+            && self.flush_job.is_none()
+            && self.reads.is_empty()
+            && !self.flusher_has_work()
+    }
+
+    /// True when no journal record awaits the flusher.
+    pub fn is_flushed(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn submit(&mut self, user_data: u64, request: Request) {
+        match request {
+            Request::Read { object, offset_bytes, length_bytes } => {
+                if let Err(error) = self.check_range(offset_bytes, length_bytes) {
+                    return self.complete(user_data, Err(error));
+                }
+                self.start_read(user_data, object, offset_bytes, length_bytes);
+            }
+            Request::Flush => {
+                let upto = self.next_write_seq;
+                self.flush_waiters.push_back((upto, user_data));
+                self.complete_flush_waiters();
+            }
+            Request::Write { object, offset_bytes, ref data } => {
+                let length = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                if let Err(error) = self.check_range(offset_bytes, length) {
+                    return self.complete(user_data, Err(error));
+                }
+                let _ = object;
+                self.admit_write(user_data, request);
+            }
+            Request::Delete { .. } => self.admit_write(user_data, request),
+        }
+    }
+
+    /// Moves finished work into `out`. Never blocks.
+    pub fn poll(&mut self, out: &mut Vec<Completion>) {
+        loop {
+            self.disk.reap(&mut self.reaped);
+            if self.reaped.is_empty() {
+                break;
+            }
+            let reaped = std::mem::take(&mut self.reaped);
+            for completion in reaped {
+                self.on_disk_completion(completion);
+            }
+            self.advance();
+        }
+        self.advance();
+        self.disk.reap(&mut self.reaped);
+        let reaped = std::mem::take(&mut self.reaped);
+        for completion in reaped {
+            self.on_disk_completion(completion);
+        }
+        out.append(&mut self.completions);
+    }
+
+    /// Blocks until the disk has something to report, unless completions are already waiting.
+    pub fn wait(&mut self) {
+        if self.completions.is_empty() {
+            self.disk.wait();
+        }
+    }
+
+    /// Submits one request and drives the engine until it completes. For tools and tests;
+    /// servers use `submit`/`poll` to keep many requests in flight.
+    pub fn execute(&mut self, request: Request) -> Result<Reply, EngineError> {
+        const TAG: u64 = u64::MAX;
+        self.submit(TAG, request);
+        let mut out = Vec::new();
+        loop {
+            self.poll(&mut out);
+            if let Some(at) = out.iter().position(|completion| completion.user_data == TAG) {
+                let completion = out.swap_remove(at);
+                assert!(out.is_empty(), "execute() used while other requests are in flight");
+                return completion.result;
+            }
+            self.wait();
+        }
+    }
+
+    /// Drives the engine until the flusher has emptied the journal (tests, clean shutdown).
+    pub fn flush_journal(&mut self) {
+        let mut out = Vec::new();
+        while !self.is_idle() && self.poisoned.is_none() {
+            self.poll(&mut out);
+            if self.is_idle() {
+                break;
+            }
+            self.wait();
+        }
+        assert!(out.is_empty(), "flush_journal() used while requests are in flight");
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Helpers.
+
+    fn check_range(&self, offset_bytes: u32, length_bytes: u32) -> Result<(), EngineError> {
+        let object_size = self.geometry.object_size_bytes;
+        if offset_bytes % PAGE_SIZE_BYTES != 0 || length_bytes % PAGE_SIZE_BYTES != 0 {
+            return Err(invalid(format!(
+                "offset_bytes={offset_bytes} length_bytes={length_bytes} are not multiples of {PAGE_SIZE_BYTES}"
+            )));
+        }
+        if length_bytes == 0 {
+            return Err(invalid("length_bytes=0"));
+        }
+        if u64::from(offset_bytes) + u64::from(length_bytes) > u64::from(object_size) {
+            return Err(EngineError::OutOfRange {
+                offset_bytes: u64::from(offset_bytes),
+                length_bytes: u64::from(length_bytes),
+                object_size_bytes: object_size,
+            });
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, user_data: u64, result: Result<Reply, EngineError>) {
+        self.completions.push(Completion { user_data, result });
+    }
+
+    fn submit_io(&mut self, io: Io, op: DiskOp, offset_bytes: u64, buffer: AlignedBuffer) {
+        let id = self.next_io_id;
+        self.next_io_id += 1;
+        self.ios.insert(id, io);
+        self.disk.submit(DiskRequest { id, op, offset_bytes, buffer });
+    }
+
+    fn poison(&mut self, reason: String) {
+        if self.poisoned.is_none() {
+            self.poisoned = Some(reason);
+        }
+        let reason = self.poisoned.clone().expect("set above");
+        let pending: Vec<PendingEntry> = self.pending.drain(..).collect();
+        for entry in pending {
+            self.writes_in_flight.remove(&entry.write_seq);
+            if let PendingKind::Big { block, .. } = entry.kind {
+                self.release_block(block);
+            }
+            self.complete(entry.user_data, Err(EngineError::Poisoned { reason: reason.clone() }));
+        }
+        let queues: Vec<QueuedWrite> = self.object_queues.values_mut().flat_map(|queue| queue.drain(..)).collect();
+        for queued in queues {
+            self.writes_in_flight.remove(&queued.write_seq);
+            self.complete(queued.user_data, Err(EngineError::Poisoned { reason: reason.clone() }));
+        }
+        self.complete_flush_waiters();
+    }
+
+    fn hold_block(&mut self, block: u32) {
+        let refs = &mut self.block_refs[block as usize];
+        if *refs == 0 {
+            self.free_blocks -= 1;
+        }
+        *refs = refs.checked_add(1).expect("block reference count overflow");
+    }
+
+    fn release_block(&mut self, block: u32) {
+        let refs = &mut self.block_refs[block as usize];
+        assert!(*refs > 0, "block {block} released while free");
+        *refs -= 1;
+        if *refs == 0 {
+            self.free_blocks += 1;
+        }
+    }
+
+    /// Takes a free block, or `None` when every free block is promised.
+    fn allocate_block(&mut self, use_reservation: bool) -> Option<u32> {
+        if use_reservation {
+            assert!(self.reserved_blocks > 0);
+            self.reserved_blocks -= 1;
+        } else if self.free_blocks <= self.reserved_blocks {
+            return None;
+        }
+        assert!(self.free_blocks > 0);
+        let count = self.geometry.block_count;
+        let mut block = self.allocation_cursor;
+        loop {
+            if self.block_refs[block as usize] == 0 {
+                break;
+            }
+            block += 1;
+            if block == count {
+                block = 0;
+            }
+            assert_ne!(block, self.allocation_cursor, "free block count is wrong");
+        }
+        self.allocation_cursor = if block + 1 == count { 0 } else { block + 1 };
+        self.hold_block(block);
+        Some(block)
+    }
+
+    /// Whether the object will own a block once everything committed for it is flushed.
+    fn object_has_block(&self, object: ObjectId) -> bool {
+        if let Some(dirty) = self.dirty.get(&object) {
+            for entry in dirty.entries.iter().rev() {
+                match entry.kind {
+                    DirtyKind::Big { .. } => return true,
+                    DirtyKind::Delete => return false,
+                    DirtyKind::Small { .. } => {}
+                }
+            }
+        }
+        self.index.get(object).is_some()
+    }
+
+    fn journal_used_bytes(&self) -> u64 {
+        let g = self.geometry;
+        let Some(first) = self.records.front() else { return 0 };
+        let tail = first.offset_bytes;
+        let head = self.journal_head_bytes;
+        if head > tail {
+            head - tail
+        } else {
+            g.journal_size_bytes - (tail - head)
+        }
+    }
+
+    /// Where a record of `size` bytes can go now, if anywhere.
+    fn journal_place(&self, size: u64) -> Option<u64> {
+        let g = self.geometry;
+        let head = self.journal_head_bytes;
+        let Some(first) = self.records.front() else {
+            if head + size <= g.journal_end_bytes() {
+                return Some(head);
+            }
+            return (g.journal_offset_bytes + size <= g.journal_end_bytes()).then_some(g.journal_offset_bytes);
+        };
+        let tail = first.offset_bytes;
+        if head > tail {
+            if head + size <= g.journal_end_bytes() {
+                return Some(head);
+            }
+            (g.journal_offset_bytes + size <= tail).then_some(g.journal_offset_bytes)
+        } else {
+            (head + size <= tail).then_some(head)
+        }
+    }
+
+    fn complete_flush_waiters(&mut self) {
+        let oldest = self.writes_in_flight.first().copied().unwrap_or(u64::MAX);
+        while let Some(&(upto, user_data)) = self.flush_waiters.front() {
+            if upto > oldest {
+                break;
+            }
+            self.flush_waiters.pop_front();
+            self.complete(user_data, Ok(Reply::Flushed));
+        }
+    }
+
+    fn finish_write(&mut self, write_seq: u64, user_data: u64, result: Result<Reply, EngineError>) {
+        let removed = self.writes_in_flight.remove(&write_seq);
+        assert!(removed);
+        self.complete(user_data, result);
+        self.complete_flush_waiters();
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Writes.
+
+    fn admit_write(&mut self, user_data: u64, request: Request) {
+        let object = match &request {
+            Request::Write { object, .. } | Request::Delete { object } => *object,
+            _ => unreachable!(),
+        };
+        if let Some(reason) = &self.poisoned {
+            let reason = reason.clone();
+            return self.complete(user_data, Err(EngineError::Poisoned { reason }));
+        }
+        let write_seq = self.next_write_seq;
+        self.next_write_seq += 1;
+        self.writes_in_flight.insert(write_seq);
+        let queued = QueuedWrite { write_seq, user_data, object, request };
+        if let Some(queue) = self.object_queues.get_mut(&object) {
+            queue.push_back(queued);
+        } else {
+            self.start_write(queued);
+        }
+    }
+
+    /// Starts a write whose object has nothing queued ahead of it.
+    fn start_write(&mut self, queued: QueuedWrite) {
+        let QueuedWrite { write_seq, user_data, object, request } = queued;
+        let kind = match request {
+            Request::Delete { .. } => PendingKind::Delete,
+            Request::Write { offset_bytes, data, .. } => {
+                let page_crcs = page_crcs(&data);
+                let whole = offset_bytes == 0 && data.len() == self.geometry.object_size_bytes as usize;
+                // A whole-object write goes to a fresh block when one is free; otherwise through
+                // the journal, which needs no new block when the object already has one.
+                if whole {
+                    if let Some(block) = self.allocate_block(false) {
+                        self.object_queues.insert(object, VecDeque::new());
+                        self.big_writes.insert(write_seq, BigWrite { write_seq, user_data, object, block, page_crcs });
+                        let offset = self.geometry.block_offset_bytes(block);
+                        self.submit_io(Io::BigData { write: write_seq }, DiskOp::Write, offset, data);
+                        return;
+                    }
+                }
+                PendingKind::Small { offset_pages: offset_bytes / PAGE_SIZE_BYTES, data, page_crcs }
+            }
+            _ => unreachable!(),
+        };
+        self.pending.push_back(PendingEntry { write_seq, user_data, object, kind });
+    }
+
+    fn on_big_data(&mut self, write_seq: u64, result: Result<(), DiskError>) {
+        let big = self.big_writes.remove(&write_seq).expect("big write in flight");
+        match result {
+            Ok(()) => self.pending.push_back(PendingEntry {
+                write_seq,
+                user_data: big.user_data,
+                object: big.object,
+                kind: PendingKind::Big { block: big.block, page_crcs: big.page_crcs },
+            }),
+            Err(error) => {
+                // Nothing references the block; the engine stays consistent.
+                self.release_block(big.block);
+                let error = match error {
+                    DiskError::NoSpace { .. } => EngineError::NoSpace { object: big.object },
+                    other => EngineError::Disk(other),
+                };
+                self.finish_write(big.write_seq, big.user_data, Err(error));
+            }
+        }
+        self.release_object_queue(big.object);
+    }
+
+    /// Starts writes queued behind a finished whole-object write, up to the next one.
+    fn release_object_queue(&mut self, object: ObjectId) {
+        let mut queue = self.object_queues.remove(&object).expect("object queue");
+        while let Some(queued) = queue.pop_front() {
+            if self.poisoned.is_some() {
+                let reason = self.poisoned.clone().unwrap_or_default();
+                self.finish_write(queued.write_seq, queued.user_data, Err(EngineError::Poisoned { reason }));
+                continue;
+            }
+            self.start_write(queued);
+            if let Some(new_queue) = self.object_queues.get_mut(&object) {
+                // Another whole-object write entered its data phase; the rest waits for it.
+                new_queue.extend(queue.drain(..));
+                return;
+            }
+        }
+    }
+
+    /// Seals pending entries into one journal record (group commit) when none is in flight.
+    fn seal_record(&mut self) {
+        if self.record_in_flight.is_some() || self.pending.is_empty() || self.poisoned.is_some() {
+            return;
+        }
+        let pages_per_object = self.geometry.pages_per_object();
+        let mut entries: Vec<SealedEntry> = Vec::new();
+        let mut data_pages: u32 = 0;
+        let mut journal_entries: Vec<JournalEntry> = Vec::new();
+        let mut datas: Vec<AlignedBuffer> = Vec::new();
+        // Objects whose block state changed earlier in this record: object -> has a block.
+        let mut block_state: HashMap<ObjectId, bool> = HashMap::new();
+        let limit = RECORD_SIZE_MAX_BYTES.min(self.geometry.journal_size_bytes / 4);
+        while let Some(front) = self.pending.front() {
+            let (entry_pages, crc_count) = match &front.kind {
+                PendingKind::Small { page_crcs, .. } => (page_crcs.len() as u32, page_crcs.len()),
+                PendingKind::Big { .. } => (0, pages_per_object as usize),
+                PendingKind::Delete => (0, 0),
+            };
+            let probe = JournalEntry {
+                object: front.object,
+                version: 0,
+                kind: JournalEntryKind::Delete,
+                page_crcs: vec![0; crc_count],
+            };
+            journal_entries.push(probe);
+            let size = u64::from(RecordHeader::size_bytes_for(&journal_entries)) + u64::from(data_pages + entry_pages) * PAGE;
+            journal_entries.pop();
+            let place = if size <= limit { self.journal_place(size) } else { None };
+            let Some(place) = place else { break };
+            let _ = place;
+            let pending = self.pending.pop_front().expect("front exists");
+            let object = pending.object;
+            let has_block = *block_state.entry(object).or_insert_with(|| self.object_has_block(object));
+            let reserved = self.dirty.get(&object).is_some_and(|dirty| dirty.reserved)
+                || entries.iter().any(|sealed| sealed.entry.object == object && sealed.reserves_block);
+            let version = self.last_version + 1;
+            let (kind, crcs, reserves_block) = match pending.kind {
+                PendingKind::Small { offset_pages, data, page_crcs } => {
+                    let mut reserves_block = false;
+                    if !has_block && !reserved {
+                        if self.free_blocks <= self.reserved_blocks {
+                            self.finish_write(pending.write_seq, pending.user_data, Err(EngineError::NoSpace { object }));
+                            continue;
+                        }
+                        self.reserved_blocks += 1;
+                        reserves_block = true;
+                    }
+                    let kind = JournalEntryKind::Small { offset_pages, data_offset_pages: data_pages };
+                    data_pages += entry_pages;
+                    datas.push(data);
+                    (kind, page_crcs, reserves_block)
+                }
+                PendingKind::Big { block, page_crcs } => {
+                    block_state.insert(object, true);
+                    (JournalEntryKind::Big { block }, page_crcs, false)
+                }
+                PendingKind::Delete => {
+                    block_state.insert(object, false);
+                    (JournalEntryKind::Delete, Vec::new(), false)
+                }
+            };
+            self.last_version = version;
+            let entry = JournalEntry { object, version, kind, page_crcs: crcs };
+            journal_entries.push(entry.clone());
+            entries.push(SealedEntry { write_seq: pending.write_seq, user_data: pending.user_data, entry, reserves_block });
+        }
+        if entries.is_empty() {
+            return; // Backpressure: the journal is full until the flusher trims it.
+        }
+        let header_size = RecordHeader::size_bytes_for(&journal_entries);
+        let size = u64::from(header_size) + u64::from(data_pages) * PAGE;
+        let offset = self.journal_place(size).expect("space was checked");
+        let header = RecordHeader {
+            seq: self.next_record_seq,
+            nonce: self.superblock.nonce,
+            header_size_bytes: header_size,
+            data_size_bytes: data_pages * PAGE_SIZE_BYTES,
+            entries: journal_entries,
+        };
+        let mut buffer = AlignedBuffer::zeroed(size as usize);
+        header.encode(&mut buffer);
+        let mut at = header_size as usize;
+        for data in &datas {
+            buffer[at..at + data.len()].copy_from_slice(data);
+            at += data.len();
+        }
+        self.record_in_flight =
+            Some(RecordInFlight { seq: header.seq, header_size_bytes: header_size, offset_bytes: offset, size_bytes: size, entries });
+        self.submit_io(Io::JournalRecord, DiskOp::WriteFlush, offset, buffer);
+    }
+
+    fn on_record_written(&mut self, result: Result<(), DiskError>) {
+        let record = self.record_in_flight.take().expect("record in flight");
+        if let Err(error) = result {
+            // What reached the disk is unknown: stop taking writes until a restart replays.
+            let reason = format!("journal write at offset_bytes={} failed: {error}", record.offset_bytes);
+            for sealed in record.entries {
+                if sealed.reserves_block {
+                    self.reserved_blocks -= 1;
+                }
+                if let JournalEntryKind::Big { block } = sealed.entry.kind {
+                    self.release_block(block);
+                }
+                self.finish_write(sealed.write_seq, sealed.user_data, Err(EngineError::Poisoned { reason: reason.clone() }));
+            }
+            self.poison(reason);
+            return;
+        }
+        let data_offset = record.offset_bytes + u64::from(record.header_size_bytes);
+        self.journal_head_bytes = record.offset_bytes + record.size_bytes;
+        self.next_record_seq = record.seq + 1;
+        let mut objects = Vec::with_capacity(record.entries.len());
+        for sealed in record.entries {
+            self.commit_entry(record.seq, data_offset, &sealed.entry, sealed.reserves_block);
+            objects.push(sealed.entry.object);
+            let reply = match sealed.entry.kind {
+                JournalEntryKind::Delete => Reply::Deleted { version: sealed.entry.version },
+                _ => Reply::Written { version: sealed.entry.version },
+            };
+            self.finish_write(sealed.write_seq, sealed.user_data, Ok(reply));
+        }
+        objects.sort_unstable();
+        objects.dedup();
+        self.records.push_back(RecordInfo {
+            seq: record.seq,
+            offset_bytes: record.offset_bytes,
+            objects,
+        });
+    }
+
+    /// Adds a durable journal entry to its object's committed history.
+    fn commit_entry(&mut self, record_seq: u64, data_offset_bytes: u64, entry: &JournalEntry, reserves_block: bool) {
+        let kind = match entry.kind {
+            JournalEntryKind::Small { offset_pages, data_offset_pages } => DirtyKind::Small {
+                offset_pages,
+                journal_offset_bytes: data_offset_bytes + u64::from(data_offset_pages) * PAGE,
+                page_crcs: entry.page_crcs.clone(),
+            },
+            JournalEntryKind::Big { block } => DirtyKind::Big { block, page_crcs: entry.page_crcs.clone() },
+            JournalEntryKind::Delete => DirtyKind::Delete,
+        };
+        let releases_reservation = !matches!(kind, DirtyKind::Small { .. });
+        let dirty = self.dirty.entry(entry.object).or_default();
+        if let Some(last) = dirty.entries.last() {
+            assert!(last.version < entry.version);
+        }
+        dirty.entries.push(DirtyEntry { record_seq, version: entry.version, kind });
+        if reserves_block {
+            assert!(!dirty.reserved);
+            dirty.reserved = true;
+        }
+        if releases_reservation && dirty.reserved {
+            dirty.reserved = false;
+            self.reserved_blocks -= 1;
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Reads.
+
+    fn start_read(&mut self, user_data: u64, object: ObjectId, offset_bytes: u32, length_bytes: u32) {
+        let first_page = offset_bytes / PAGE_SIZE_BYTES;
+        let page_count = (length_bytes / PAGE_SIZE_BYTES) as usize;
+        // Resolve each page to where its newest committed data lives.
+        let clean = self.index.get(object);
+        let mut version = clean.map_or(0, |clean| clean.version);
+        let mut base: Option<(u32, Option<&[u32]>)> = clean.map(|clean| (clean.block, None));
+        let mut sources = vec![PageSource::Zero; page_count];
+        let mut from_base = vec![true; page_count];
+        if let Some(dirty) = self.dirty.get(&object) {
+            for entry in &dirty.entries {
+                version = entry.version;
+                match &entry.kind {
+                    DirtyKind::Big { block, page_crcs } => {
+                        base = Some((*block, Some(page_crcs)));
+                        from_base.fill(true);
+                    }
+                    DirtyKind::Delete => {
+                        base = None;
+                        from_base.fill(true);
+                    }
+                    DirtyKind::Small { offset_pages, journal_offset_bytes, page_crcs } => {
+                        for (index, crc) in page_crcs.iter().enumerate() {
+                            let page = offset_pages + index as u32;
+                            if page < first_page || page >= first_page + page_count as u32 {
+                                continue;
+                            }
+                            let at = (page - first_page) as usize;
+                            from_base[at] = false;
+                            sources[at] = PageSource::Journal { offset_bytes: journal_offset_bytes + index as u64 * PAGE, crc: *crc };
+                        }
+                    }
+                }
+            }
+        }
+        let mut meta_needed = None;
+        for (at, source) in sources.iter_mut().enumerate() {
+            if !from_base[at] {
+                continue;
+            }
+            *source = match base {
+                None => PageSource::Zero,
+                Some((block, crcs)) => {
+                    let page = first_page + at as u32;
+                    let crc = crcs.map(|crcs| crcs[page as usize]);
+                    if crc.is_none() {
+                        meta_needed = Some(self.geometry.meta_location(block).0).map(|page| (block, page));
+                    }
+                    PageSource::Block { block, page, crc }
+                }
+            };
+        }
+        // Journal pages must not be overwritten while this read is in flight: the object's oldest
+        // record (no newer than any record the read uses) holds the journal tail.
+        let pinned_record = sources
+            .iter()
+            .any(|source| matches!(source, PageSource::Journal { .. }))
+            .then(|| self.dirty[&object].entries[0].record_seq);
+        // Group pages into disk runs.
+        let g = self.geometry;
+        let mut runs: Vec<ReadRun> = Vec::new();
+        let mut pinned_blocks = Vec::new();
+        for (at, source) in sources.iter().enumerate() {
+            let disk_offset = match *source {
+                PageSource::Zero => continue,
+                PageSource::Journal { offset_bytes, .. } => offset_bytes,
+                PageSource::Block { block, page, .. } => {
+                    if pinned_blocks.last() != Some(&block) && !pinned_blocks.contains(&block) {
+                        pinned_blocks.push(block);
+                    }
+                    g.block_offset_bytes(block) + u64::from(page) * PAGE
+                }
+            };
+            if let Some(run) = runs.last_mut() {
+                if run.first_page + run.page_count == at && run.disk_offset_bytes + run.page_count as u64 * PAGE == disk_offset {
+                    run.page_count += 1;
+                    continue;
+                }
+            }
+            runs.push(ReadRun { disk_offset_bytes: disk_offset, first_page: at, page_count: 1 });
+        }
+        for &block in &pinned_blocks {
+            self.hold_block(block);
+        }
+        if let Some(seq) = pinned_record {
+            *self.journal_pins.entry(seq).or_default() += 1;
+        }
+        let read_id = self.next_read_id;
+        self.next_read_id += 1;
+        let mut read = ReadOp {
+            user_data,
+            object,
+            offset_bytes,
+            version,
+            sources,
+            runs,
+            data: AlignedBuffer::zeroed(length_bytes as usize),
+            ios_pending: 0,
+            meta_needed,
+            meta: None,
+            pinned_blocks,
+            pinned_record,
+            error: None,
+        };
+        if let Some((block, page)) = meta_needed {
+            match self.meta_cache.lookup(page, Waiter::Read(read_id)) {
+                Lookup::Hit(bytes) => read.meta = Some(decode_meta_slot(&g, bytes, block, object)),
+                Lookup::Pending => read.ios_pending += 1,
+                Lookup::StartLoad => {
+                    read.ios_pending += 1;
+                    self.submit_io(Io::MetaLoad { page }, DiskOp::Read, g.meta_page_offset_bytes(page), AlignedBuffer::zeroed(PAGE_USIZE));
+                }
+            }
+        }
+        // One run covering the whole request reads straight into the result buffer; otherwise
+        // each run gets its own buffer, copied in on completion.
+        let single = read.runs.len() == 1 && read.runs[0].page_count == page_count;
+        let run_requests: Vec<(usize, u64, usize)> =
+            read.runs.iter().enumerate().map(|(index, run)| (index, run.disk_offset_bytes, run.page_count)).collect();
+        read.ios_pending += run_requests.len();
+        let mut whole = single.then(|| std::mem::replace(&mut read.data, AlignedBuffer::empty()));
+        self.reads.insert(read_id, read);
+        for (run, offset, pages) in run_requests {
+            let buffer = whole.take().unwrap_or_else(|| AlignedBuffer::zeroed(pages * PAGE_USIZE));
+            self.submit_io(Io::ReadRun { read: read_id, run }, DiskOp::Read, offset, buffer);
+        }
+        self.try_finish_read(read_id);
+    }
+
+    fn on_read_run(&mut self, read_id: u64, run: usize, buffer: AlignedBuffer, result: Result<(), DiskError>) {
+        let read = self.reads.get_mut(&read_id).expect("read in flight");
+        read.ios_pending -= 1;
+        match result {
+            Err(error) => {
+                read.error.get_or_insert(EngineError::Disk(error));
+            }
+            Ok(()) => {
+                let run = &read.runs[run];
+                if read.data.is_empty() {
+                    read.data = buffer;
+                } else {
+                    let at = run.first_page * PAGE_USIZE;
+                    read.data[at..at + buffer.len()].copy_from_slice(&buffer);
+                }
+            }
+        }
+        self.try_finish_read(read_id);
+    }
+
+    fn try_finish_read(&mut self, read_id: u64) {
+        let read = &self.reads[&read_id];
+        if read.ios_pending > 0 {
+            return;
+        }
+        let mut read = self.reads.remove(&read_id).expect("read");
+        for block in std::mem::take(&mut read.pinned_blocks) {
+            self.release_block(block);
+        }
+        if let Some(seq) = read.pinned_record {
+            let pins = self.journal_pins.get_mut(&seq).expect("journal pin");
+            *pins -= 1;
+            if *pins == 0 {
+                self.journal_pins.remove(&seq);
+            }
+        }
+        let result = self.verify_read(&mut read);
+        self.complete(read.user_data, result);
+    }
+
+    /// Checks every page against its checksum; unwritten pages become zeros.
+    fn verify_read(&self, read: &mut ReadOp) -> Result<Reply, EngineError> {
+        if let Some(error) = read.error.take() {
+            return Err(error);
+        }
+        let meta = match read.meta.take() {
+            Some(Ok(meta)) => meta,
+            Some(Err(error)) => return Err(error),
+            None => None,
+        };
+        if read.meta_needed.is_some() && meta.is_none() {
+            // The index names a block whose entry is free: the index and disk disagree.
+            let (block, _) = read.meta_needed.expect("checked");
+            return Err(EngineError::MetaCorrupt { object: read.object, block });
+        }
+        for (at, source) in read.sources.iter().enumerate() {
+            let page = &mut read.data[at * PAGE_USIZE..(at + 1) * PAGE_USIZE];
+            let expected = match *source {
+                PageSource::Zero => {
+                    page.fill(0);
+                    continue;
+                }
+                PageSource::Journal { crc, .. } => crc,
+                PageSource::Block { crc: Some(crc), .. } => crc,
+                PageSource::Block { page: index, crc: None, .. } => {
+                    let meta = meta.as_ref().expect("metadata present");
+                    if meta.page_bitmap & (1 << index) == 0 {
+                        page.fill(0);
+                        continue;
+                    }
+                    meta.page_crcs[index as usize]
+                }
+            };
+            if page_crc(page) != expected {
+                return Err(EngineError::Corrupt {
+                    object: read.object,
+                    offset_bytes: u64::from(read.offset_bytes) + at as u64 * PAGE,
+                });
+            }
+        }
+        Ok(Reply::Read { version: read.version, data: std::mem::replace(&mut read.data, AlignedBuffer::empty()) })
+    }
+
+    fn on_meta_load(&mut self, page: u32, buffer: AlignedBuffer, result: Result<(), DiskError>) {
+        let waiters = match result {
+            Ok(()) => self.meta_cache.loaded(page, buffer.as_slice().into()),
+            Err(_) => self.meta_cache.load_failed(page),
+        };
+        let g = self.geometry;
+        for waiter in waiters {
+            match waiter {
+                Waiter::Read(read_id) => {
+                    let read = self.reads.get_mut(&read_id).expect("read waiting for metadata");
+                    read.ios_pending -= 1;
+                    let (block, _) = read.meta_needed.expect("read needs metadata");
+                    read.meta = Some(match &result {
+                        Ok(()) => decode_meta_slot(&g, &buffer, block, read.object),
+                        Err(error) => Err(EngineError::Disk(error.clone())),
+                    });
+                    self.try_finish_read(read_id);
+                }
+                Waiter::Flusher => {
+                    if let Err(error) = &result {
+                        self.poison(format!("metadata read of page {page} failed: {error}"));
+                    }
+                    let job = self.flush_job.as_mut().expect("flusher waits");
+                    job.loads_pending -= 1;
+                }
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The flusher.
+
+    fn flusher_has_work(&self) -> bool {
+        let unflushed = self.records.back().is_some_and(|record| record.seq > self.flushed_seq);
+        let trimmable = self.records.front().is_some_and(|record| record.seq <= self.flushed_seq && !self.journal_pins.contains_key(&record.seq));
+        unflushed || trimmable
+    }
+
+    fn maybe_start_flush_job(&mut self) {
+        if self.flush_job.is_some() || self.poisoned.is_some() || !self.flusher_has_work() {
+            return;
+        }
+        let records: Vec<(u64, Vec<ObjectId>)> = self
+            .records
+            .iter()
+            .filter(|record| record.seq > self.flushed_seq)
+            .take(FLUSH_JOB_RECORDS_MAX)
+            .map(|record| (record.seq, record.objects.clone()))
+            .collect();
+        let last_seq = records.last().map_or(self.flushed_seq, |(seq, _)| *seq);
+        let mut objects: Vec<ObjectId> = records.into_iter().flat_map(|(_, objects)| objects).collect();
+        objects.sort_unstable();
+        objects.dedup();
+        let mut job = FlushJob {
+            phase: FlushPhase::Load,
+            last_seq,
+            objects: Vec::new(),
+            freed: Vec::new(),
+            meta_pages: BTreeSet::new(),
+            loads_pending: 0,
+            copy_runs: Vec::new(),
+            ios_pending: 0,
+            new_tail: None,
+        };
+        for object in objects {
+            if let Some(flush) = self.plan_object_flush(object, last_seq, &mut job.freed) {
+                job.objects.push(flush);
+            }
+        }
+        // Metadata pages to rewrite: every block whose entry changes.
+        let g = self.geometry;
+        for flush in &job.objects {
+            if let Some(old) = flush.old {
+                job.meta_pages.insert(g.meta_location(old.block).0);
+            }
+            if let Some(new) = &flush.new {
+                job.meta_pages.insert(g.meta_location(new.block).0);
+            }
+        }
+        for &page in &job.meta_pages {
+            match self.meta_cache.lookup(page, Waiter::Flusher) {
+                Lookup::Hit(_) => self.meta_cache.pin(page),
+                Lookup::Pending => job.loads_pending += 1,
+                Lookup::StartLoad => {
+                    job.loads_pending += 1;
+                    self.submit_io(Io::MetaLoad { page }, DiskOp::Read, g.meta_page_offset_bytes(page), AlignedBuffer::zeroed(PAGE_USIZE));
+                }
+            }
+        }
+        self.flush_job = Some(job);
+    }
+
+    /// Computes what flushing the object's entries of records `<= last_seq` does to it.
+    fn plan_object_flush(&mut self, object: ObjectId, last_seq: u64, freed: &mut Vec<u32>) -> Option<ObjectFlush> {
+        let dirty = self.dirty.get(&object)?;
+        let consumed = dirty.entries.iter().take_while(|entry| entry.record_seq <= last_seq).count();
+        if consumed == 0 {
+            return None;
+        }
+        // Small writes followed by a whole-object write or a delete anywhere in the history are
+        // superseded: copying them would be wasted (or, for a delete, wrong).
+        let last_reset = dirty.entries.iter().rposition(|entry| !matches!(entry.kind, DirtyKind::Small { .. }));
+        let old = self.index.get(object);
+        let mut state: Option<NewState> = old.map(|old| NewState {
+            block: old.block,
+            version: old.version,
+            base: StateBase::Existing,
+            updates: BTreeMap::new(),
+        });
+        let mut needs_block = false;
+        let mut changed = false;
+        for (position, entry) in dirty.entries[..consumed].iter().enumerate() {
+            match &entry.kind {
+                DirtyKind::Big { block, page_crcs } => {
+                    if let Some(state) = &state {
+                        if Some(state.block) != old.map(|old| old.block) {
+                            freed.push(state.block); // A block given by an earlier entry of this job.
+                        }
+                    }
+                    state = Some(NewState { block: *block, version: entry.version, base: StateBase::Whole(page_crcs.clone()), updates: BTreeMap::new() });
+                    changed = true;
+                }
+                DirtyKind::Delete => {
+                    if let Some(state) = &state {
+                        if Some(state.block) != old.map(|old| old.block) {
+                            freed.push(state.block);
+                        }
+                    }
+                    state = None;
+                    changed = true;
+                }
+                DirtyKind::Small { offset_pages, journal_offset_bytes, page_crcs } => {
+                    if last_reset.is_some_and(|reset| reset > position) {
+                        continue;
+                    }
+                    let state = state.get_or_insert_with(|| {
+                        needs_block = true;
+                        NewState { block: u32::MAX, version: entry.version, base: StateBase::Fresh, updates: BTreeMap::new() }
+                    });
+                    state.version = entry.version;
+                    for (index, crc) in page_crcs.iter().enumerate() {
+                        state.updates.insert(offset_pages + index as u32, (journal_offset_bytes + index as u64 * PAGE, *crc));
+                    }
+                    changed = true;
+                }
+            }
+        }
+        let mut consumes_reservation = false;
+        if needs_block {
+            let state = state.as_mut().expect("small write state");
+            if matches!(state.base, StateBase::Fresh) && state.block == u32::MAX {
+                let dirty = self.dirty.get_mut(&object).expect("dirty");
+                assert!(dirty.reserved, "object {object} needs a block without a reservation");
+                dirty.reserved = false;
+                consumes_reservation = true;
+                state.block = self.allocate_block(true).expect("reserved block");
+            }
+        }
+        if !changed {
+            // Only superseded small writes: the flushed state stays, the entries go.
+            return Some(ObjectFlush { object, old: None, new: None, consumed, consumes_reservation: false });
+        }
+        Some(ObjectFlush { object, old, new: state, consumed, consumes_reservation })
+    }
+
+    fn advance_flush_job(&mut self) {
+        loop {
+            let Some(job) = self.flush_job.as_mut() else { return };
+            if self.poisoned.is_some() {
+                // Keep the loaded pages pinned no longer than the job; the engine stops writing.
+                if job.loads_pending == 0 && job.ios_pending == 0 {
+                    // The job is abandoned; its pins go with it.
+                    let job = self.flush_job.take().expect("job");
+                    for page in job.meta_pages {
+                        if self.meta_cache.get(page).is_some() {
+                            self.meta_cache.unpin(page);
+                        }
+                    }
+                }
+                return;
+            }
+            if job.loads_pending > 0 || job.ios_pending > 0 {
+                return;
+            }
+            match job.phase {
+                FlushPhase::Load => self.flush_start_copy(),
+                FlushPhase::Copy => {
+                    let job = self.flush_job.as_mut().expect("job");
+                    job.phase = FlushPhase::Barrier;
+                    if job.copy_runs.is_empty() {
+                        continue;
+                    }
+                    job.ios_pending += 1;
+                    self.submit_io(Io::FlushBarrier, DiskOp::Flush, 0, AlignedBuffer::empty());
+                }
+                FlushPhase::Barrier => self.flush_write_meta(),
+                FlushPhase::Meta => {
+                    // Metadata must be durable before the superblock stops pointing at the
+                    // records it replaces (the superblock write could land first otherwise).
+                    let job = self.flush_job.as_mut().expect("job");
+                    job.phase = FlushPhase::MetaBarrier;
+                    if job.meta_pages.is_empty() {
+                        continue;
+                    }
+                    job.ios_pending += 1;
+                    self.submit_io(Io::FlushBarrier, DiskOp::Flush, 0, AlignedBuffer::empty());
+                }
+                FlushPhase::MetaBarrier => self.flush_apply(),
+                FlushPhase::Superblock => {
+                    let job = self.flush_job.take().expect("job");
+                    if let Some((offset, seq)) = job.new_tail {
+                        self.superblock.journal_tail_offset_bytes = offset;
+                        self.superblock.journal_tail_seq = seq;
+                        while self.records.front().is_some_and(|record| record.seq < seq) {
+                            self.records.pop_front();
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads the journal pages the job copies into data blocks.
+    fn flush_start_copy(&mut self) {
+        let mut job = self.flush_job.take().expect("job");
+        job.phase = FlushPhase::Copy;
+        let g = self.geometry;
+        let mut runs: Vec<(u64, u64, usize)> = Vec::new();
+        for flush in &job.objects {
+            let Some(new) = &flush.new else { continue };
+            let block_offset = g.block_offset_bytes(new.block);
+            for (&page, &(journal_offset, _)) in &new.updates {
+                let target = block_offset + u64::from(page) * PAGE;
+                if let Some(last) = runs.last_mut() {
+                    if last.0 + last.2 as u64 * PAGE == journal_offset && last.1 + last.2 as u64 * PAGE == target {
+                        last.2 += 1;
+                        continue;
+                    }
+                }
+                runs.push((journal_offset, target, 1));
+            }
+        }
+        assert!(runs.len() <= FLUSH_JOB_COPY_RUNS_MAX * FLUSH_JOB_RECORDS_MAX * 64);
+        for (index, &(journal_offset, _, pages)) in runs.iter().enumerate() {
+            job.ios_pending += 1;
+            self.ios.insert(self.next_io_id, Io::FlushCopyRead { run: index });
+            self.disk.submit(DiskRequest {
+                id: self.next_io_id,
+                op: DiskOp::Read,
+                offset_bytes: journal_offset,
+                buffer: AlignedBuffer::zeroed(pages * PAGE_USIZE),
+            });
+            self.next_io_id += 1;
+        }
+        job.copy_runs = runs;
+        self.flush_job = Some(job);
+    }
+
+    fn on_flush_copy_read(&mut self, run: usize, buffer: AlignedBuffer, result: Result<(), DiskError>) {
+        let job = self.flush_job.as_mut().expect("job");
+        job.ios_pending -= 1;
+        if let Err(error) = result {
+            return self.poison(format!("flusher read of the journal failed: {error}"));
+        }
+        let target = job.copy_runs[run].1;
+        job.ios_pending += 1;
+        self.submit_io(Io::FlushCopyWrite, DiskOp::Write, target, buffer);
+    }
+
+    /// Writes the new metadata entries of every object the job flushes.
+    fn flush_write_meta(&mut self) {
+        let mut job = self.flush_job.take().expect("job");
+        job.phase = FlushPhase::Meta;
+        let g = self.geometry;
+        let entry_size = g.meta_entry_size_bytes as usize;
+        let mut failure = None;
+        // Clear old blocks first, then write new entries: an object moving within one page
+        // ends with the new entry.
+        for flush in &job.objects {
+            if let Some(old) = flush.old {
+                if flush.new.as_ref().is_none_or(|new| new.block != old.block) {
+                    let (page, at) = g.meta_location(old.block);
+                    MetaEntry::encode(None, &mut self.meta_cache.get_mut(page)[at..at + entry_size]);
+                }
+            }
+        }
+        for &block in &job.freed {
+            let (page, at) = g.meta_location(block);
+            if job.meta_pages.contains(&page) {
+                MetaEntry::encode(None, &mut self.meta_cache.get_mut(page)[at..at + entry_size]);
+            }
+        }
+        for flush in &job.objects {
+            let Some(new) = &flush.new else { continue };
+            let (page, at) = g.meta_location(new.block);
+            let slot = &mut self.meta_cache.get_mut(page)[at..at + entry_size];
+            let (mut bitmap, mut crcs) = match &new.base {
+                StateBase::Fresh => (0u64, vec![0u32; g.pages_per_object() as usize]),
+                StateBase::Whole(crcs) => (full_bitmap(g.pages_per_object()), crcs.clone()),
+                StateBase::Existing => match MetaEntry::decode(slot, g.pages_per_object()) {
+                    Ok(Some(entry)) if entry.object == flush.object => (entry.page_bitmap, entry.page_crcs),
+                    _ => {
+                        failure = Some(format!("metadata entry of block {} for object {} is missing or corrupt", new.block, flush.object));
+                        continue;
+                    }
+                },
+            };
+            for (&page_index, &(_, crc)) in &new.updates {
+                bitmap |= 1 << page_index;
+                crcs[page_index as usize] = crc;
+            }
+            let entry = MetaEntry { object: flush.object, version: new.version, page_bitmap: bitmap, page_crcs: crcs };
+            MetaEntry::encode(Some(&entry), slot);
+        }
+        for &page in &job.meta_pages {
+            let bytes = AlignedBuffer::from_slice(self.meta_cache.get(page).expect("pinned page"));
+            job.ios_pending += 1;
+            self.submit_io(Io::MetaWrite, DiskOp::Write, g.meta_page_offset_bytes(page), bytes);
+        }
+        self.flush_job = Some(job);
+        if let Some(reason) = failure {
+            self.poison(reason);
+        }
+    }
+
+    /// The job's writes are done: switch the in-memory flushed state, then move the tail.
+    fn flush_apply(&mut self) {
+        let mut job = self.flush_job.take().expect("job");
+        for flush in std::mem::take(&mut job.objects) {
+            let dirty = self.dirty.get_mut(&flush.object).expect("dirty object");
+            let consumed: Vec<DirtyEntry> = dirty.entries.drain(..flush.consumed).collect();
+            if dirty.entries.is_empty() {
+                assert!(!dirty.reserved, "object {} keeps a reservation with no entries", flush.object);
+                self.dirty.remove(&flush.object);
+            }
+            let _ = flush.consumes_reservation;
+            for entry in consumed {
+                if let DirtyKind::Big { block, .. } = entry.kind {
+                    self.release_block(block); // The dirty entry's hold; the index takes its own.
+                }
+            }
+            match (flush.old, &flush.new) {
+                (_, Some(new)) => {
+                    self.hold_block(new.block);
+                    self.index.insert(flush.object, IndexEntry { block: new.block, version: new.version });
+                    if matches!(new.base, StateBase::Fresh) {
+                        self.release_block(new.block); // The allocation's hold, now the index's.
+                    }
+                }
+                (Some(_), None) => {
+                    self.index.remove(flush.object);
+                }
+                (None, None) => {}
+            }
+            if let Some(old) = flush.old {
+                self.release_block(old.block);
+            }
+        }
+        for page in std::mem::take(&mut job.meta_pages) {
+            self.meta_cache.unpin(page);
+        }
+        self.flushed_seq = job.last_seq;
+        // The new tail: the oldest record that is unflushed or still read by a read in flight.
+        let oldest_pinned = self.journal_pins.keys().next().copied().unwrap_or(u64::MAX);
+        let tail = self
+            .records
+            .iter()
+            .find(|record| record.seq > self.flushed_seq || record.seq >= oldest_pinned)
+            .map(|record| (record.offset_bytes, record.seq))
+            .unwrap_or((self.journal_head_bytes_after_records(), self.next_record_seq));
+        if tail.1 == self.superblock.journal_tail_seq {
+            return; // Nothing to trim.
+        }
+        job.phase = FlushPhase::Superblock;
+        job.new_tail = Some(tail);
+        let mut superblock = self.superblock.clone();
+        superblock.generation += 1;
+        superblock.journal_tail_offset_bytes = tail.0;
+        superblock.journal_tail_seq = tail.1;
+        let copy = superblock.generation % 2;
+        self.superblock.generation = superblock.generation;
+        job.ios_pending += 1;
+        // Write + flush: the copied data and metadata become durable before the tail moves.
+        self.submit_io(Io::Superblock, DiskOp::WriteFlush, copy * SUPERBLOCK_SIZE_BYTES, AlignedBuffer::from_slice(&superblock.encode()));
+        self.flush_job = Some(job);
+    }
+
+    fn journal_head_bytes_after_records(&self) -> u64 {
+        let g = self.geometry;
+        if self.journal_head_bytes >= g.journal_end_bytes() {
+            g.journal_offset_bytes
+        } else {
+            self.journal_head_bytes
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The event loop.
+
+    fn on_disk_completion(&mut self, completion: DiskCompletion) {
+        let io = self.ios.remove(&completion.id).expect("completion of a known request");
+        let DiskCompletion { buffer, result, offset_bytes, .. } = completion;
+        match io {
+            Io::BigData { write } => self.on_big_data(write, result),
+            Io::JournalRecord => self.on_record_written(result),
+            Io::ReadRun { read, run } => self.on_read_run(read, run, buffer, result),
+            Io::MetaLoad { page } => self.on_meta_load(page, buffer, result),
+            Io::FlushCopyRead { run } => self.on_flush_copy_read(run, buffer, result),
+            Io::FlushCopyWrite | Io::FlushBarrier | Io::MetaWrite | Io::Superblock => {
+                let job = self.flush_job.as_mut().expect("flusher job");
+                job.ios_pending -= 1;
+                if let Err(error) = result {
+                    self.poison(format!("flusher write at offset_bytes={offset_bytes} failed: {error}"));
+                }
+            }
+        }
+    }
+
+    fn advance(&mut self) {
+        self.advance_flush_job();
+        self.maybe_start_flush_job();
+        self.advance_flush_job();
+        self.seal_record();
+        self.complete_flush_waiters();
+    }
+}
+
+enum RecordRead {
+    Valid(RecordHeader, AlignedBuffer),
+    Absent,
+    Broken(String),
+}
+
+fn full_bitmap(pages: u32) -> u64 {
+    if pages == 64 {
+        u64::MAX
+    } else {
+        (1u64 << pages) - 1
+    }
+}
+
+fn decode_meta_slot(g: &Geometry, page_bytes: &[u8], block: u32, object: ObjectId) -> Result<Option<MetaEntry>, EngineError> {
+    let (_, at) = g.meta_location(block);
+    let slot = &page_bytes[at..at + g.meta_entry_size_bytes as usize];
+    match MetaEntry::decode(slot, g.pages_per_object()) {
+        Ok(Some(entry)) if entry.object == object => Ok(Some(entry)),
+        _ => Err(EngineError::MetaCorrupt { object, block }),
+    }
+}
+
+fn read_superblock<D: Disk>(disk: &mut D, offset: u64) -> Result<Result<Superblock, SuperblockError>, OpenError> {
+    if disk.size_bytes() < offset + SUPERBLOCK_SIZE_BYTES {
+        return Ok(Err(SuperblockError::NotBasalt));
+    }
+    let bytes = sync_io(disk, DiskOp::Read, offset, AlignedBuffer::zeroed(SUPERBLOCK_SIZE_BYTES as usize))?;
+    Ok(Superblock::decode(&bytes))
+}
+
+/// One request, waited for. Only while nothing else is in flight (format and open).
+fn sync_io<D: Disk>(disk: &mut D, op: DiskOp, offset_bytes: u64, buffer: AlignedBuffer) -> Result<AlignedBuffer, DiskError> {
+    assert_eq!(disk.in_flight_count(), 0);
+    disk.submit(DiskRequest { id: 0, op, offset_bytes, buffer });
+    let mut completions = Vec::new();
+    loop {
+        disk.reap(&mut completions);
+        if let Some(completion) = completions.pop() {
+            assert!(completions.is_empty());
+            return completion.result.map(|()| completion.buffer);
+        }
+        disk.wait();
+    }
+}
