@@ -300,13 +300,8 @@ impl Superblock {
         {
             return fail("journal area");
         }
-        let Some(meta_end) = g
-            .block_count
-            .checked_mul(g.meta_entry_size_bytes)
-            .map(|bytes| g.meta_offset_bytes.saturating_add(u64::from(bytes)))
-        else {
-            return fail("metadata area");
-        };
+        let meta_end =
+            g.meta_offset_bytes.saturating_add(u64::from(g.block_count) * u64::from(g.meta_entry_size_bytes));
         if g.meta_offset_bytes != g.journal_offset_bytes.saturating_add(g.journal_size_bytes)
             || meta_end > g.data_offset_bytes
             || g.data_offset_bytes % page != 0
