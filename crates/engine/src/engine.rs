@@ -76,9 +76,16 @@ struct PendingEntry {
 }
 
 enum PendingKind {
-    Small { offset_pages: u32, data: AlignedBuffer, page_crcs: Vec<u32> },
+    Small {
+        offset_pages: u32,
+        data: AlignedBuffer,
+        page_crcs: Vec<u32>,
+    },
     /// Data already written to `block`.
-    Big { block: u32, page_crcs: Vec<u32> },
+    Big {
+        block: u32,
+        page_crcs: Vec<u32>,
+    },
     Delete,
 }
 
@@ -109,8 +116,15 @@ struct DirtyEntry {
 #[derive(Debug, Clone)]
 enum DirtyKind {
     /// Data at `journal_offset_bytes` (absolute) holding pages `offset_pages..+page_crcs.len()`.
-    Small { offset_pages: u32, journal_offset_bytes: u64, page_crcs: Vec<u32> },
-    Big { block: u32, page_crcs: Vec<u32> },
+    Small {
+        offset_pages: u32,
+        journal_offset_bytes: u64,
+        page_crcs: Vec<u32>,
+    },
+    Big {
+        block: u32,
+        page_crcs: Vec<u32>,
+    },
     Delete,
 }
 
@@ -145,9 +159,16 @@ struct RecordInFlight {
 #[derive(Debug, Clone, Copy)]
 enum PageSource {
     Zero,
-    Journal { offset_bytes: u64, crc: u32 },
+    Journal {
+        offset_bytes: u64,
+        crc: u32,
+    },
     /// Page of a data block; the checksum comes from the metadata entry unless given.
-    Block { block: u32, page: u32, crc: Option<u32> },
+    Block {
+        block: u32,
+        page: u32,
+        crc: Option<u32>,
+    },
 }
 
 struct ReadRun {
@@ -221,6 +242,8 @@ struct FlushJob {
     copy_runs: Vec<(u64, u64, usize)>,
     ios_pending: usize,
     new_tail: Option<(u64, u64)>,
+    /// Reads with a lower id resolved their pages before the job was planned.
+    reads_before: u64,
 }
 
 pub struct Engine<D: Disk> {
@@ -259,6 +282,13 @@ pub struct Engine<D: Disk> {
     record_in_flight: Option<RecordInFlight>,
     flushed_seq: u64,
     journal_pins: BTreeMap<u64, u32>,
+    /// Block holds the flusher gave up, released when the journal tail passes the job's last
+    /// record seq (see `release_block_after_trim`).
+    blocks_awaiting_trim: VecDeque<(u64, u32)>,
+    /// The journal tail recorded in the superblock copy that was not written last. Replay may
+    /// start there if the newer copy rots, so journal space and blocks are released only once
+    /// both copies have moved past them.
+    older_copy_tail_seq: u64,
 
     next_read_id: u64,
     reads: HashMap<u64, ReadOp>,
@@ -301,6 +331,7 @@ impl<D: Disk> Engine<D> {
             osd_id: 0,
             journal_tail_offset_bytes: geometry.journal_offset_bytes,
             journal_tail_seq: 1,
+            version_floor: 0,
         };
         // Both copies start equal; later writes alternate, so one valid copy always survives.
         let encoded = AlignedBuffer::from_slice(&superblock.encode());
@@ -313,20 +344,21 @@ impl<D: Disk> Engine<D> {
     pub fn probe(disk: &mut D) -> Result<Superblock, OpenError> {
         let first = read_superblock(disk, 0)?;
         let second = read_superblock(disk, SUPERBLOCK_SIZE_BYTES)?;
+        // A copy of another format version has a valid checksum: software of that version
+        // wrote it, so the older copy of this version may be stale. Refuse rather than use it.
+        for copy in [&first, &second] {
+            if let Err(error @ SuperblockError::Version { .. }) = copy {
+                return Err(OpenError::Superblock(error.clone()));
+            }
+        }
         match (first, second) {
             (Ok(a), Ok(b)) => Ok(if a.generation >= b.generation { a } else { b }),
             (Ok(a), Err(_)) => Ok(a),
             (Err(_), Ok(b)) => Ok(b),
-            (Err(SuperblockError::NotBasalt), Err(SuperblockError::NotBasalt)) => Err(SuperblockError::NotBasalt.into()),
-            (Err(first), Err(second)) => {
-                // A version mismatch is the more useful message when one copy is valid enough to say it.
-                for error in [&first, &second] {
-                    if let SuperblockError::Version { .. } = error {
-                        return Err(OpenError::Superblock(error.clone()));
-                    }
-                }
-                Err(OpenError::SuperblocksDamaged { first, second })
+            (Err(SuperblockError::NotBasalt), Err(SuperblockError::NotBasalt)) => {
+                Err(SuperblockError::NotBasalt.into())
             }
+            (Err(first), Err(second)) => Err(OpenError::SuperblocksDamaged { first, second }),
         }
     }
 
@@ -369,13 +401,31 @@ impl<D: Disk> Engine<D> {
             record_in_flight: None,
             flushed_seq: superblock.journal_tail_seq - 1,
             journal_pins: BTreeMap::new(),
+            blocks_awaiting_trim: VecDeque::new(),
+            older_copy_tail_seq: superblock.journal_tail_seq,
             next_read_id: 1,
             reads: HashMap::new(),
             meta_cache: MetaCache::new(options.meta_cache_bytes / PAGE_USIZE),
             flush_job: None,
         };
+        // Versions of deletes that were flushed and trimmed survive only in the superblock.
+        engine.last_version = superblock.version_floor;
         engine.load_metadata()?;
         engine.replay_journal()?;
+        // Bring the other superblock copy to the same tail, so both copies name records that
+        // are still in the journal (the older copy may name a tail whose space is about to be
+        // reused).
+        let mut superblock = engine.superblock.clone();
+        superblock.generation += 1;
+        superblock.version_floor = superblock.version_floor.max(engine.last_version);
+        let copy = superblock.generation % 2;
+        sync_io(
+            &mut engine.disk,
+            DiskOp::WriteFlush,
+            copy * SUPERBLOCK_SIZE_BYTES,
+            AlignedBuffer::from_slice(&superblock.encode()),
+        )?;
+        engine.superblock = superblock;
         Ok(engine)
     }
 
@@ -421,7 +471,12 @@ impl<D: Disk> Engine<D> {
         }
         for block in stale_blocks {
             let (page, at) = g.meta_location(block);
-            let mut bytes = sync_io(&mut self.disk, DiskOp::Read, g.meta_page_offset_bytes(page), AlignedBuffer::zeroed(PAGE_USIZE))?;
+            let mut bytes = sync_io(
+                &mut self.disk,
+                DiskOp::Read,
+                g.meta_page_offset_bytes(page),
+                AlignedBuffer::zeroed(PAGE_USIZE),
+            )?;
             MetaEntry::encode(None, &mut bytes[at..at + entry_size]);
             sync_io(&mut self.disk, DiskOp::Write, g.meta_page_offset_bytes(page), bytes)?;
         }
@@ -433,19 +488,28 @@ impl<D: Disk> Engine<D> {
     ///
     /// | what is found at the next position          | meaning                      | action          |
     /// |---------------------------------------------|------------------------------|-----------------|
-    /// | no magic/nonce, or a stale (lower) seq      | end of the log               | stop            |
+    /// | no magic/nonce, or a stale (lower) seq      | end of the log, or rot of an | scan for later  |
+    /// |                                             | acknowledged record's first  | records: none = |
+    /// |                                             | bytes                        | end, some =     |
+    /// |                                             |                              | corrupt         |
     /// | the expected seq, valid header and data     | a committed record           | apply, continue |
     /// | the expected seq (or magic) but a bad crc   | torn last group commit, or   | scan for later  |
     /// |                                             | rot of an acknowledged one   | records: none = |
     /// |                                             |                              | torn (discard), |
     /// |                                             |                              | some = corrupt  |
+    /// | (after the loop) the last valid record, not | its write+flush was in flight| discard it      |
+    /// | followed by a torn one, names a data block  | at the crash: the header     |                 |
+    /// | whose pages fail the entry's checksums      | landed, the data did not     |                 |
     ///
     /// Group commits are strictly sequential (the next record is written only after the
-    /// previous one is durable), so only the last record can be torn.
+    /// previous one is durable), so only the last record can be torn, and every record followed
+    /// by another one, torn or not, was durable together with the data blocks it names.
     fn replay_journal(&mut self) -> Result<(), OpenError> {
         let g = self.geometry;
         let mut position = self.superblock.journal_tail_offset_bytes;
         let mut seq = self.superblock.journal_tail_seq;
+        let mut records: Vec<(u64, RecordHeader)> = Vec::new();
+        let mut torn_record_follows = false;
         loop {
             let mut candidates = vec![position];
             if position != g.journal_offset_bytes {
@@ -458,8 +522,8 @@ impl<D: Disk> Engine<D> {
                     continue;
                 }
                 match self.read_record(candidate, seq)? {
-                    RecordRead::Valid(header, data) => {
-                        found = Some((candidate, header, data));
+                    RecordRead::Valid(header) => {
+                        found = Some((candidate, header));
                         break;
                     }
                     RecordRead::Absent => {}
@@ -467,9 +531,9 @@ impl<D: Disk> Engine<D> {
                 }
             }
             match found {
-                Some((offset, header, data)) => {
+                Some((offset, header)) => {
                     let size = u64::from(header.header_size_bytes) + u64::from(header.data_size_bytes);
-                    self.apply_replayed_record(offset, &header, &data);
+                    records.push((offset, header));
                     position = offset + size;
                     seq += 1;
                     if position >= g.journal_end_bytes() {
@@ -484,14 +548,91 @@ impl<D: Disk> Engine<D> {
                         // Torn last group commit: never acknowledged. Erase its header so a later
                         // record with the same seq elsewhere cannot be confused with it.
                         sync_io(&mut self.disk, DiskOp::WriteFlush, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
+                        torn_record_follows = true;
+                    } else if self.journal_has_record_after(seq - 1)? {
+                        // Nothing that looks like record `seq` is where it must be, yet a record
+                        // with this seq or a later one exists: the record was durable (later ones
+                        // are written only after it) and its first bytes rotted. Stopping here
+                        // would silently drop it and every acknowledged record after it.
+                        return Err(OpenError::JournalCorrupt {
+                            seq,
+                            offset_bytes: position,
+                            reason: "no record header where the record must start".into(),
+                        });
                     }
                     break;
                 }
             }
         }
+        if !torn_record_follows {
+            if let Some((offset, header)) = records.last() {
+                if !self.whole_object_data_landed(header)? {
+                    // Never acknowledged (its write+flush did not complete), so it is dropped
+                    // like a torn record, header erased.
+                    let (offset, header) = (*offset, header.clone());
+                    sync_io(&mut self.disk, DiskOp::WriteFlush, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
+                    records.pop();
+                    position = offset;
+                    seq = header.seq;
+                }
+            }
+        }
+        for (offset, header) in &records {
+            self.apply_replayed_record(*offset, header);
+        }
         self.journal_head_bytes = position;
         self.next_record_seq = seq;
         Ok(())
+    }
+
+    /// Whether the data blocks named by the record's whole-object writes hold what the entries
+    /// say. Only asked of the last record: every earlier one was durable, data included, before
+    /// the next was written; and afterwards a block may legitimately change, because the
+    /// flusher copies later small writes of the object into it in place. Within the record the
+    /// same holds: pages a later small write of the same record covers may have been
+    /// overwritten, and a block that a later whole-object write or delete of the same record
+    /// supersedes is never read again.
+    fn whole_object_data_landed(&mut self, header: &RecordHeader) -> Result<bool, OpenError> {
+        let g = self.geometry;
+        let pages = g.pages_per_object() as usize;
+        for (at, entry) in header.entries.iter().enumerate() {
+            let JournalEntryKind::Big { block } = entry.kind else { continue };
+            if self.index.get(entry.object).is_some_and(|clean| clean.version >= entry.version) {
+                continue; // Already flushed.
+            }
+            let mut checked = vec![true; pages];
+            let mut superseded = false;
+            for later in header.entries[at + 1..].iter().filter(|later| later.object == entry.object) {
+                match later.kind {
+                    JournalEntryKind::Small { offset_pages, .. } => {
+                        let first = offset_pages as usize;
+                        checked[first..first + later.page_crcs.len()].fill(false);
+                    }
+                    JournalEntryKind::Big { .. } | JournalEntryKind::Delete => {
+                        superseded = true;
+                        break;
+                    }
+                }
+            }
+            if superseded {
+                continue;
+            }
+            let bytes = sync_io(
+                &mut self.disk,
+                DiskOp::Read,
+                g.block_offset_bytes(block),
+                AlignedBuffer::zeroed(pages * PAGE_USIZE),
+            )?;
+            let landed = bytes
+                .chunks_exact(PAGE_USIZE)
+                .zip(&entry.page_crcs)
+                .zip(&checked)
+                .all(|((page, crc), checked)| !checked || page_crc(page) == *crc);
+            if !landed {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     fn read_record(&mut self, offset: u64, seq: u64) -> Result<RecordRead, OpenError> {
@@ -502,10 +643,14 @@ impl<D: Disk> Engine<D> {
             Ok(fixed) => fixed,
             Err(_) => return Ok(RecordRead::Absent),
         };
-        if found_seq < seq || found_seq > seq {
+        if found_seq != seq {
             // A stale record of an earlier lap, or bytes of one. A later seq here would mean
             // lost records, which the scan below reports.
-            return Ok(if found_seq > seq { RecordRead::Broken(format!("found seq {found_seq}")) } else { RecordRead::Absent });
+            return Ok(if found_seq > seq {
+                RecordRead::Broken(format!("found seq {found_seq}"))
+            } else {
+                RecordRead::Absent
+            });
         }
         let total = u64::from(header_size) + u64::from(data_size);
         if header_size == 0
@@ -532,7 +677,10 @@ impl<D: Disk> Engine<D> {
                     for (index, crc) in entry.page_crcs.iter().enumerate() {
                         let at = (data_offset_pages as usize + index) * PAGE_USIZE;
                         if page_crc(&data[at..at + PAGE_USIZE]) != *crc {
-                            return Ok(RecordRead::Broken(format!("data page of object {} fails its checksum", entry.object)));
+                            return Ok(RecordRead::Broken(format!(
+                                "data page of object {} fails its checksum",
+                                entry.object
+                            )));
                         }
                     }
                 }
@@ -540,23 +688,15 @@ impl<D: Disk> Engine<D> {
                     if block >= g.block_count {
                         return Ok(RecordRead::Broken(format!("block {block} out of range")));
                     }
-                    if self.index.get(entry.object).is_some_and(|clean| clean.version >= entry.version) {
-                        continue;
-                    }
-                    let bytes = sync_io(
-                        &mut self.disk,
-                        DiskOp::Read,
-                        g.block_offset_bytes(block),
-                        AlignedBuffer::zeroed(g.object_size_bytes as usize),
-                    )?;
-                    if page_crcs(&bytes) != entry.page_crcs {
-                        return Ok(RecordRead::Broken(format!("data block {block} of object {} fails its checksum", entry.object)));
-                    }
+                    // The block's data is not checked here: only the last record's may be
+                    // missing (see `whole_object_data_landed`), and an earlier record's block
+                    // may since have taken later small writes in place. Rot is caught when
+                    // the pages are read, as for any data block.
                 }
                 JournalEntryKind::Delete => {}
             }
         }
-        Ok(RecordRead::Valid(header, whole))
+        Ok(RecordRead::Valid(header))
     }
 
     fn journal_has_record_after(&mut self, seq: u64) -> Result<bool, OpenError> {
@@ -578,7 +718,7 @@ impl<D: Disk> Engine<D> {
         Ok(false)
     }
 
-    fn apply_replayed_record(&mut self, offset_bytes: u64, header: &RecordHeader, _whole: &[u8]) {
+    fn apply_replayed_record(&mut self, offset_bytes: u64, header: &RecordHeader) {
         let data_offset_bytes = offset_bytes + u64::from(header.header_size_bytes);
         let mut objects = Vec::new();
         for entry in &header.entries {
@@ -600,11 +740,7 @@ impl<D: Disk> Engine<D> {
         }
         objects.sort_unstable();
         objects.dedup();
-        self.records.push_back(RecordInfo {
-            seq: header.seq,
-            offset_bytes,
-            objects,
-        });
+        self.records.push_back(RecordInfo { seq: header.seq, offset_bytes, objects });
     }
 
     // -----------------------------------------------------------------------------------------
@@ -770,7 +906,7 @@ impl<D: Disk> Engine<D> {
 
     fn check_range(&self, offset_bytes: u32, length_bytes: u32) -> Result<(), EngineError> {
         let object_size = self.geometry.object_size_bytes;
-        if offset_bytes % PAGE_SIZE_BYTES != 0 || length_bytes % PAGE_SIZE_BYTES != 0 {
+        if !offset_bytes.is_multiple_of(PAGE_SIZE_BYTES) || !length_bytes.is_multiple_of(PAGE_SIZE_BYTES) {
             return Err(invalid(format!(
                 "offset_bytes={offset_bytes} length_bytes={length_bytes} are not multiples of {PAGE_SIZE_BYTES}"
             )));
@@ -828,6 +964,19 @@ impl<D: Disk> Engine<D> {
         *refs = refs.checked_add(1).expect("block reference count overflow");
     }
 
+    /// Releases a hold the flusher gave up in the job that flushed records up to `last_seq`,
+    /// once the superblock's tail has moved past them.
+    ///
+    /// Until then replay after a crash starts at or before those records and applies them
+    /// again (their effect is recognised as flushed only while the object's metadata entry is
+    /// newer, not after a delete). If the block were reused meanwhile, a replayed whole-object
+    /// write would name a block that now holds another object's data, and flushing it again
+    /// would clear that object's metadata entry.
+    fn release_block_after_trim(&mut self, last_seq: u64, block: u32) {
+        assert!(self.blocks_awaiting_trim.back().is_none_or(|&(seq, _)| seq <= last_seq));
+        self.blocks_awaiting_trim.push_back((last_seq, block));
+    }
+
     fn release_block(&mut self, block: u32) {
         let refs = &mut self.block_refs[block as usize];
         assert!(*refs > 0, "block {block} released while free");
@@ -864,14 +1013,23 @@ impl<D: Disk> Engine<D> {
     }
 
     /// Whether the object will own a block once everything committed for it is flushed.
+    ///
+    /// Small writes after the last delete (or on an object that has no block) hold the
+    /// object's reservation, or, once a flusher job has planned them, the block the job
+    /// allocated from it; either way the object will own a block, and a further small write
+    /// must not reserve another one (nothing would ever consume it).
     fn object_has_block(&self, object: ObjectId) -> bool {
         if let Some(dirty) = self.dirty.get(&object) {
+            let mut small_after = false;
             for entry in dirty.entries.iter().rev() {
                 match entry.kind {
                     DirtyKind::Big { .. } => return true,
-                    DirtyKind::Delete => return false,
-                    DirtyKind::Small { .. } => {}
+                    DirtyKind::Delete => return small_after,
+                    DirtyKind::Small { .. } => small_after = true,
                 }
+            }
+            if small_after {
+                return true;
             }
         }
         self.index.get(object).is_some()
@@ -1028,6 +1186,9 @@ impl<D: Disk> Engine<D> {
         let mut journal_entries: Vec<JournalEntry> = Vec::new();
         let mut datas: Vec<AlignedBuffer> = Vec::new();
         // Objects whose block state changed earlier in this record: object -> has a block.
+        // A small write that reserves a block counts as a block too (see `object_has_block`):
+        // the reservation is tracked here, not through `dirty.reserved`, because a delete
+        // sealed earlier in this record releases the old reservation when it commits.
         let mut block_state: HashMap<ObjectId, bool> = HashMap::new();
         let limit = RECORD_SIZE_MAX_BYTES.min(self.geometry.journal_size_bytes / 4);
         while let Some(front) = self.pending.front() {
@@ -1043,7 +1204,8 @@ impl<D: Disk> Engine<D> {
                 page_crcs: vec![0; crc_count],
             };
             journal_entries.push(probe);
-            let size = u64::from(RecordHeader::size_bytes_for(&journal_entries)) + u64::from(data_pages + entry_pages) * PAGE;
+            let size =
+                u64::from(RecordHeader::size_bytes_for(&journal_entries)) + u64::from(data_pages + entry_pages) * PAGE;
             journal_entries.pop();
             let place = if size <= limit { self.journal_place(size) } else { None };
             let Some(place) = place else { break };
@@ -1051,19 +1213,22 @@ impl<D: Disk> Engine<D> {
             let pending = self.pending.pop_front().expect("front exists");
             let object = pending.object;
             let has_block = *block_state.entry(object).or_insert_with(|| self.object_has_block(object));
-            let reserved = self.dirty.get(&object).is_some_and(|dirty| dirty.reserved)
-                || entries.iter().any(|sealed| sealed.entry.object == object && sealed.reserves_block);
             let version = self.last_version + 1;
             let (kind, crcs, reserves_block) = match pending.kind {
                 PendingKind::Small { offset_pages, data, page_crcs } => {
                     let mut reserves_block = false;
-                    if !has_block && !reserved {
+                    if !has_block {
                         if self.free_blocks <= self.reserved_blocks {
-                            self.finish_write(pending.write_seq, pending.user_data, Err(EngineError::NoSpace { object }));
+                            self.finish_write(
+                                pending.write_seq,
+                                pending.user_data,
+                                Err(EngineError::NoSpace { object }),
+                            );
                             continue;
                         }
                         self.reserved_blocks += 1;
                         reserves_block = true;
+                        block_state.insert(object, true);
                     }
                     let kind = JournalEntryKind::Small { offset_pages, data_offset_pages: data_pages };
                     data_pages += entry_pages;
@@ -1082,7 +1247,12 @@ impl<D: Disk> Engine<D> {
             self.last_version = version;
             let entry = JournalEntry { object, version, kind, page_crcs: crcs };
             journal_entries.push(entry.clone());
-            entries.push(SealedEntry { write_seq: pending.write_seq, user_data: pending.user_data, entry, reserves_block });
+            entries.push(SealedEntry {
+                write_seq: pending.write_seq,
+                user_data: pending.user_data,
+                entry,
+                reserves_block,
+            });
         }
         if entries.is_empty() {
             return; // Backpressure: the journal is full until the flusher trims it.
@@ -1104,8 +1274,13 @@ impl<D: Disk> Engine<D> {
             buffer[at..at + data.len()].copy_from_slice(data);
             at += data.len();
         }
-        self.record_in_flight =
-            Some(RecordInFlight { seq: header.seq, header_size_bytes: header_size, offset_bytes: offset, size_bytes: size, entries });
+        self.record_in_flight = Some(RecordInFlight {
+            seq: header.seq,
+            header_size_bytes: header_size,
+            offset_bytes: offset,
+            size_bytes: size,
+            entries,
+        });
         self.submit_io(Io::JournalRecord, DiskOp::WriteFlush, offset, buffer);
     }
 
@@ -1121,7 +1296,11 @@ impl<D: Disk> Engine<D> {
                 if let JournalEntryKind::Big { block } = sealed.entry.kind {
                     self.release_block(block);
                 }
-                self.finish_write(sealed.write_seq, sealed.user_data, Err(EngineError::Poisoned { reason: reason.clone() }));
+                self.finish_write(
+                    sealed.write_seq,
+                    sealed.user_data,
+                    Err(EngineError::Poisoned { reason: reason.clone() }),
+                );
             }
             self.poison(reason);
             return;
@@ -1141,11 +1320,7 @@ impl<D: Disk> Engine<D> {
         }
         objects.sort_unstable();
         objects.dedup();
-        self.records.push_back(RecordInfo {
-            seq: record.seq,
-            offset_bytes: record.offset_bytes,
-            objects,
-        });
+        self.records.push_back(RecordInfo { seq: record.seq, offset_bytes: record.offset_bytes, objects });
     }
 
     /// Adds a durable journal entry to its object's committed history.
@@ -1207,7 +1382,10 @@ impl<D: Disk> Engine<D> {
                             }
                             let at = (page - first_page) as usize;
                             from_base[at] = false;
-                            sources[at] = PageSource::Journal { offset_bytes: journal_offset_bytes + index as u64 * PAGE, crc: *crc };
+                            sources[at] = PageSource::Journal {
+                                offset_bytes: journal_offset_bytes + index as u64 * PAGE,
+                                crc: *crc,
+                            };
                         }
                     }
                 }
@@ -1252,7 +1430,9 @@ impl<D: Disk> Engine<D> {
                 }
             };
             if let Some(run) = runs.last_mut() {
-                if run.first_page + run.page_count == at && run.disk_offset_bytes + run.page_count as u64 * PAGE == disk_offset {
+                if run.first_page + run.page_count == at
+                    && run.disk_offset_bytes + run.page_count as u64 * PAGE == disk_offset
+                {
                     run.page_count += 1;
                     continue;
                 }
@@ -1288,7 +1468,12 @@ impl<D: Disk> Engine<D> {
                 Lookup::Pending => read.ios_pending += 1,
                 Lookup::StartLoad => {
                     read.ios_pending += 1;
-                    self.submit_io(Io::MetaLoad { page }, DiskOp::Read, g.meta_page_offset_bytes(page), AlignedBuffer::zeroed(PAGE_USIZE));
+                    self.submit_io(
+                        Io::MetaLoad { page },
+                        DiskOp::Read,
+                        g.meta_page_offset_bytes(page),
+                        AlignedBuffer::zeroed(PAGE_USIZE),
+                    );
                 }
             }
         }
@@ -1357,9 +1542,8 @@ impl<D: Disk> Engine<D> {
             Some(Err(error)) => return Err(error),
             None => None,
         };
-        if read.meta_needed.is_some() && meta.is_none() {
+        if let (Some((block, _)), None) = (read.meta_needed, &meta) {
             // The index names a block whose entry is free: the index and disk disagree.
-            let (block, _) = read.meta_needed.expect("checked");
             return Err(EngineError::MetaCorrupt { object: read.object, block });
         }
         for (at, source) in read.sources.iter().enumerate() {
@@ -1424,8 +1608,20 @@ impl<D: Disk> Engine<D> {
 
     fn flusher_has_work(&self) -> bool {
         let unflushed = self.records.back().is_some_and(|record| record.seq > self.flushed_seq);
-        let trimmable = self.records.front().is_some_and(|record| record.seq <= self.flushed_seq && !self.journal_pins.contains_key(&record.seq));
+        let tail_seq = self.superblock.journal_tail_seq;
+        let trimmable = self.next_tail().1 != tail_seq || self.older_copy_tail_seq != tail_seq;
         unflushed || trimmable
+    }
+
+    /// The tail the superblock could name now: the oldest record that is unflushed or still
+    /// read by a read in flight, or the head when there is none.
+    fn next_tail(&self) -> (u64, u64) {
+        let oldest_pinned = self.journal_pins.keys().next().copied().unwrap_or(u64::MAX);
+        self.records
+            .iter()
+            .find(|record| record.seq > self.flushed_seq || record.seq >= oldest_pinned)
+            .map(|record| (record.offset_bytes, record.seq))
+            .unwrap_or((self.journal_head_bytes_after_records(), self.next_record_seq))
     }
 
     fn maybe_start_flush_job(&mut self) {
@@ -1453,6 +1649,7 @@ impl<D: Disk> Engine<D> {
             copy_runs: Vec::new(),
             ios_pending: 0,
             new_tail: None,
+            reads_before: self.next_read_id,
         };
         for object in objects {
             if let Some(flush) = self.plan_object_flush(object, last_seq, &mut job.freed) {
@@ -1475,7 +1672,12 @@ impl<D: Disk> Engine<D> {
                 Lookup::Pending => job.loads_pending += 1,
                 Lookup::StartLoad => {
                     job.loads_pending += 1;
-                    self.submit_io(Io::MetaLoad { page }, DiskOp::Read, g.meta_page_offset_bytes(page), AlignedBuffer::zeroed(PAGE_USIZE));
+                    self.submit_io(
+                        Io::MetaLoad { page },
+                        DiskOp::Read,
+                        g.meta_page_offset_bytes(page),
+                        AlignedBuffer::zeroed(PAGE_USIZE),
+                    );
                 }
             }
         }
@@ -1509,7 +1711,12 @@ impl<D: Disk> Engine<D> {
                             freed.push(state.block); // A block given by an earlier entry of this job.
                         }
                     }
-                    state = Some(NewState { block: *block, version: entry.version, base: StateBase::Whole(page_crcs.clone()), updates: BTreeMap::new() });
+                    state = Some(NewState {
+                        block: *block,
+                        version: entry.version,
+                        base: StateBase::Whole(page_crcs.clone()),
+                        updates: BTreeMap::new(),
+                    });
                     changed = true;
                 }
                 DirtyKind::Delete => {
@@ -1527,11 +1734,18 @@ impl<D: Disk> Engine<D> {
                     }
                     let state = state.get_or_insert_with(|| {
                         needs_block = true;
-                        NewState { block: u32::MAX, version: entry.version, base: StateBase::Fresh, updates: BTreeMap::new() }
+                        NewState {
+                            block: u32::MAX,
+                            version: entry.version,
+                            base: StateBase::Fresh,
+                            updates: BTreeMap::new(),
+                        }
                     });
                     state.version = entry.version;
                     for (index, crc) in page_crcs.iter().enumerate() {
-                        state.updates.insert(offset_pages + index as u32, (journal_offset_bytes + index as u64 * PAGE, *crc));
+                        state
+                            .updates
+                            .insert(offset_pages + index as u32, (journal_offset_bytes + index as u64 * PAGE, *crc));
                     }
                     changed = true;
                 }
@@ -1575,7 +1789,12 @@ impl<D: Disk> Engine<D> {
                 return;
             }
             match job.phase {
-                FlushPhase::Load => self.flush_start_copy(),
+                FlushPhase::Load => {
+                    if self.copy_waits_for_reads() {
+                        return;
+                    }
+                    self.flush_start_copy();
+                }
                 FlushPhase::Copy => {
                     let job = self.flush_job.as_mut().expect("job");
                     job.phase = FlushPhase::Barrier;
@@ -1601,16 +1820,46 @@ impl<D: Disk> Engine<D> {
                 FlushPhase::Superblock => {
                     let job = self.flush_job.take().expect("job");
                     if let Some((offset, seq)) = job.new_tail {
+                        // The copy just written names `seq`; the other one still names the
+                        // previous tail, which bounds what may be released.
+                        let released_seq = self.superblock.journal_tail_seq;
+                        self.older_copy_tail_seq = released_seq;
                         self.superblock.journal_tail_offset_bytes = offset;
                         self.superblock.journal_tail_seq = seq;
-                        while self.records.front().is_some_and(|record| record.seq < seq) {
+                        while self.records.front().is_some_and(|record| record.seq < released_seq) {
                             self.records.pop_front();
+                        }
+                        while let Some(&(last_seq, block)) = self.blocks_awaiting_trim.front() {
+                            if last_seq >= released_seq {
+                                break;
+                            }
+                            self.blocks_awaiting_trim.pop_front();
+                            self.release_block(block);
                         }
                     }
                     return;
                 }
             }
         }
+    }
+
+    /// Whether a read that resolved its pages before the job was planned still reads a block
+    /// the job copies journaled pages into.
+    ///
+    /// Copies go into an object's block in place. A read that started before the copied small
+    /// writes committed reads those pages from the block and checks them against the old
+    /// checksums; overwriting them under it would fail the read with `Corrupt` (or, with
+    /// another timing, hand it half old, half new pages). Reads that started after planning
+    /// take those pages from the journal, so only the older ones are waited for.
+    fn copy_waits_for_reads(&self) -> bool {
+        let job = self.flush_job.as_ref().expect("job");
+        let mut targets =
+            job.objects.iter().filter_map(|flush| flush.new.as_ref()).filter(|new| !new.updates.is_empty());
+        targets.any(|new| {
+            self.reads
+                .iter()
+                .any(|(&read_id, read)| read_id < job.reads_before && read.pinned_blocks.contains(&new.block))
+        })
     }
 
     /// Reads the journal pages the job copies into data blocks.
@@ -1693,7 +1942,10 @@ impl<D: Disk> Engine<D> {
                 StateBase::Existing => match MetaEntry::decode(slot, g.pages_per_object()) {
                     Ok(Some(entry)) if entry.object == flush.object => (entry.page_bitmap, entry.page_crcs),
                     _ => {
-                        failure = Some(format!("metadata entry of block {} for object {} is missing or corrupt", new.block, flush.object));
+                        failure = Some(format!(
+                            "metadata entry of block {} for object {} is missing or corrupt",
+                            new.block, flush.object
+                        ));
                         continue;
                     }
                 },
@@ -1729,7 +1981,8 @@ impl<D: Disk> Engine<D> {
             let _ = flush.consumes_reservation;
             for entry in consumed {
                 if let DirtyKind::Big { block, .. } = entry.kind {
-                    self.release_block(block); // The dirty entry's hold; the index takes its own.
+                    // The dirty entry's hold; the index takes its own.
+                    self.release_block_after_trim(job.last_seq, block);
                 }
             }
             match (flush.old, &flush.new) {
@@ -1737,7 +1990,8 @@ impl<D: Disk> Engine<D> {
                     self.hold_block(new.block);
                     self.index.insert(flush.object, IndexEntry { block: new.block, version: new.version });
                     if matches!(new.base, StateBase::Fresh) {
-                        self.release_block(new.block); // The allocation's hold, now the index's.
+                        // The allocation's hold, now the index's.
+                        self.release_block_after_trim(job.last_seq, new.block);
                     }
                 }
                 (Some(_), None) => {
@@ -1746,23 +2000,16 @@ impl<D: Disk> Engine<D> {
                 (None, None) => {}
             }
             if let Some(old) = flush.old {
-                self.release_block(old.block);
+                self.release_block_after_trim(job.last_seq, old.block);
             }
         }
         for page in std::mem::take(&mut job.meta_pages) {
             self.meta_cache.unpin(page);
         }
         self.flushed_seq = job.last_seq;
-        // The new tail: the oldest record that is unflushed or still read by a read in flight.
-        let oldest_pinned = self.journal_pins.keys().next().copied().unwrap_or(u64::MAX);
-        let tail = self
-            .records
-            .iter()
-            .find(|record| record.seq > self.flushed_seq || record.seq >= oldest_pinned)
-            .map(|record| (record.offset_bytes, record.seq))
-            .unwrap_or((self.journal_head_bytes_after_records(), self.next_record_seq));
-        if tail.1 == self.superblock.journal_tail_seq {
-            return; // Nothing to trim.
+        let tail = self.next_tail();
+        if tail.1 == self.superblock.journal_tail_seq && self.older_copy_tail_seq == tail.1 {
+            return; // Nothing to trim, and both superblock copies agree.
         }
         job.phase = FlushPhase::Superblock;
         job.new_tail = Some(tail);
@@ -1770,11 +2017,19 @@ impl<D: Disk> Engine<D> {
         superblock.generation += 1;
         superblock.journal_tail_offset_bytes = tail.0;
         superblock.journal_tail_seq = tail.1;
+        // Every version in the records this write trims is at most `last_version`.
+        superblock.version_floor = self.last_version;
         let copy = superblock.generation % 2;
         self.superblock.generation = superblock.generation;
+        self.superblock.version_floor = superblock.version_floor;
         job.ios_pending += 1;
         // Write + flush: the copied data and metadata become durable before the tail moves.
-        self.submit_io(Io::Superblock, DiskOp::WriteFlush, copy * SUPERBLOCK_SIZE_BYTES, AlignedBuffer::from_slice(&superblock.encode()));
+        self.submit_io(
+            Io::Superblock,
+            DiskOp::WriteFlush,
+            copy * SUPERBLOCK_SIZE_BYTES,
+            AlignedBuffer::from_slice(&superblock.encode()),
+        );
         self.flush_job = Some(job);
     }
 
@@ -1819,7 +2074,7 @@ impl<D: Disk> Engine<D> {
 }
 
 enum RecordRead {
-    Valid(RecordHeader, AlignedBuffer),
+    Valid(RecordHeader),
     Absent,
     Broken(String),
 }
@@ -1832,7 +2087,12 @@ fn full_bitmap(pages: u32) -> u64 {
     }
 }
 
-fn decode_meta_slot(g: &Geometry, page_bytes: &[u8], block: u32, object: ObjectId) -> Result<Option<MetaEntry>, EngineError> {
+fn decode_meta_slot(
+    g: &Geometry,
+    page_bytes: &[u8],
+    block: u32,
+    object: ObjectId,
+) -> Result<Option<MetaEntry>, EngineError> {
     let (_, at) = g.meta_location(block);
     let slot = &page_bytes[at..at + g.meta_entry_size_bytes as usize];
     match MetaEntry::decode(slot, g.pages_per_object()) {
@@ -1850,7 +2110,12 @@ fn read_superblock<D: Disk>(disk: &mut D, offset: u64) -> Result<Result<Superblo
 }
 
 /// One request, waited for. Only while nothing else is in flight (format and open).
-fn sync_io<D: Disk>(disk: &mut D, op: DiskOp, offset_bytes: u64, buffer: AlignedBuffer) -> Result<AlignedBuffer, DiskError> {
+fn sync_io<D: Disk>(
+    disk: &mut D,
+    op: DiskOp,
+    offset_bytes: u64,
+    buffer: AlignedBuffer,
+) -> Result<AlignedBuffer, DiskError> {
     assert_eq!(disk.in_flight_count(), 0);
     disk.submit(DiskRequest { id: 0, op, offset_bytes, buffer });
     let mut completions = Vec::new();

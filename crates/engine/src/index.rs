@@ -191,7 +191,7 @@ mod tests {
         for step in 0..200_000u64 {
             rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let object = ObjectId { inode: (rng >> 62) & 1, stripe: ((rng >> 40) % 3000) | ((rng >> 61) & 1) << 32 };
-            if (rng >> 20) % 3 == 0 {
+            if (rng >> 20).is_multiple_of(3) {
                 assert_eq!(index.remove(object), model.remove(&object));
             } else {
                 let entry = IndexEntry { block: (step % 1000) as u32, version: step };

@@ -86,10 +86,10 @@ impl Geometry {
         let object_size = object_size_bytes as u32;
         let journal_minimum_bytes = 16 * object_size_bytes + 16 * u64::from(PAGE_SIZE_BYTES);
         // Default: 1/16 of the device, between 16 MiB and 256 MiB.
-        let journal_size_bytes = journal_size_bytes.unwrap_or_else(|| {
-            align_up((device_size_bytes / 16).clamp(16 << 20, 256 << 20), AREA_ALIGNMENT_BYTES)
-        });
-        if journal_size_bytes % u64::from(PAGE_SIZE_BYTES) != 0 || journal_size_bytes < journal_minimum_bytes {
+        let journal_size_bytes = journal_size_bytes
+            .unwrap_or_else(|| align_up((device_size_bytes / 16).clamp(16 << 20, 256 << 20), AREA_ALIGNMENT_BYTES));
+        if !journal_size_bytes.is_multiple_of(u64::from(PAGE_SIZE_BYTES)) || journal_size_bytes < journal_minimum_bytes
+        {
             return Err(GeometryError::JournalSize { journal_size_bytes, minimum_bytes: journal_minimum_bytes });
         }
         let entry_size = meta_entry_size_bytes(object_size);
@@ -203,6 +203,11 @@ pub struct Superblock {
     /// The oldest journal record replay must read.
     pub journal_tail_offset_bytes: u64,
     pub journal_tail_seq: u64,
+    /// The highest version handed out when this copy was written. Versions must keep growing
+    /// across deletes, but a delete that was flushed and trimmed leaves its version nowhere else
+    /// on disk, so open starts numbering above this. Zero in superblocks written before it
+    /// existed (the bytes were reserved and zero).
+    pub version_floor: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -239,6 +244,7 @@ impl Superblock {
         put_u32(&mut b, 88, g.block_count);
         put_u64(&mut b, 96, self.journal_tail_offset_bytes);
         put_u64(&mut b, 104, self.journal_tail_seq);
+        put_u64(&mut b, 112, self.version_floor);
         let crc = crc_with_hole(&b, Self::CRC_AT);
         put_u32(&mut b, Self::CRC_AT, crc);
         b
@@ -273,6 +279,7 @@ impl Superblock {
             osd_id: get_u64(b, 32),
             journal_tail_offset_bytes: get_u64(b, 96),
             journal_tail_seq: get_u64(b, 104),
+            version_floor: get_u64(b, 112),
         };
         superblock.validate()?;
         Ok(superblock)
@@ -294,8 +301,8 @@ impl Superblock {
             return fail("metadata entry size");
         }
         if g.journal_offset_bytes < SUPERBLOCK_COPIES * SUPERBLOCK_SIZE_BYTES
-            || g.journal_offset_bytes % page != 0
-            || g.journal_size_bytes % page != 0
+            || !g.journal_offset_bytes.is_multiple_of(page)
+            || !g.journal_size_bytes.is_multiple_of(page)
             || g.journal_size_bytes < 16 * u64::from(g.object_size_bytes)
         {
             return fail("journal area");
@@ -304,7 +311,7 @@ impl Superblock {
             g.meta_offset_bytes.saturating_add(u64::from(g.block_count) * u64::from(g.meta_entry_size_bytes));
         if g.meta_offset_bytes != g.journal_offset_bytes.saturating_add(g.journal_size_bytes)
             || meta_end > g.data_offset_bytes
-            || g.data_offset_bytes % page != 0
+            || !g.data_offset_bytes.is_multiple_of(page)
         {
             return fail("metadata area");
         }
@@ -315,7 +322,7 @@ impl Superblock {
             return fail("data area");
         }
         let tail = self.journal_tail_offset_bytes;
-        if tail < g.journal_offset_bytes || tail >= g.journal_end_bytes() || tail % page != 0 {
+        if tail < g.journal_offset_bytes || tail >= g.journal_end_bytes() || !tail.is_multiple_of(page) {
             return fail("journal tail");
         }
         Ok(())
@@ -377,9 +384,8 @@ impl MetaEntry {
         if flags != META_FLAG_USED {
             return Err(MetaEntryError::Flags { flags });
         }
-        let page_crcs = (0..pages_per_object as usize)
-            .map(|index| get_u32(slot, META_ENTRY_HEADER_BYTES + 4 * index))
-            .collect();
+        let page_crcs =
+            (0..pages_per_object as usize).map(|index| get_u32(slot, META_ENTRY_HEADER_BYTES + 4 * index)).collect();
         Ok(Some(MetaEntry {
             object: ObjectId { inode: get_u64(slot, 0), stripe: get_u64(slot, 8) },
             version: get_u64(slot, 16),
@@ -397,9 +403,14 @@ impl MetaEntry {
 pub enum JournalEntryKind {
     /// Pages `offset_pages..offset_pages + page_crcs.len()` of the object, whose data follows in
     /// the record at `data_offset_pages` (counted from the start of the record's data).
-    Small { offset_pages: u32, data_offset_pages: u32 },
+    Small {
+        offset_pages: u32,
+        data_offset_pages: u32,
+    },
     /// The whole object was written to data block `block` (redirect-on-write).
-    Big { block: u32 },
+    Big {
+        block: u32,
+    },
     Delete,
 }
 
@@ -502,7 +513,7 @@ impl RecordHeader {
     pub fn decode(b: &[u8], nonce: u64, pages_per_object: u32) -> Result<RecordHeader, RecordError> {
         let (seq, header_size_bytes, data_size_bytes) = Self::peek(b, nonce)?;
         let header_size = header_size_bytes as usize;
-        if header_size == 0 || header_size % PAGE_SIZE_BYTES as usize != 0 || header_size > b.len() {
+        if header_size == 0 || !header_size.is_multiple_of(PAGE_SIZE_BYTES as usize) || header_size > b.len() {
             return Err(RecordError::Checksum);
         }
         let b = &b[..header_size];
@@ -574,7 +585,10 @@ mod tests {
             for object_size in [4096u64, 65536, 131072, 262144] {
                 let g = Geometry::compute(size, object_size, None).unwrap();
                 assert!(g.data_offset_bytes + u64::from(g.block_count) * object_size <= size);
-                assert!(g.meta_offset_bytes + u64::from(g.block_count) * u64::from(g.meta_entry_size_bytes) <= g.data_offset_bytes);
+                assert!(
+                    g.meta_offset_bytes + u64::from(g.block_count) * u64::from(g.meta_entry_size_bytes)
+                        <= g.data_offset_bytes
+                );
                 assert!(g.block_count >= 16);
                 let sb = Superblock {
                     geometry: g,
@@ -583,6 +597,7 @@ mod tests {
                     osd_id: 0,
                     journal_tail_offset_bytes: g.journal_offset_bytes,
                     journal_tail_seq: 1,
+                    version_floor: 0,
                 };
                 assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
             }
@@ -602,6 +617,7 @@ mod tests {
             osd_id: 5,
             journal_tail_offset_bytes: g.journal_offset_bytes,
             journal_tail_seq: 1,
+            version_floor: 12,
         };
         let good = sb.encode();
         for bit in [0usize, 70, 8 * 100, 8 * 4000] {
@@ -646,7 +662,12 @@ mod tests {
                 kind: JournalEntryKind::Big { block: 9 },
                 page_crcs: vec![5; 32],
             },
-            JournalEntry { object: ObjectId { inode: 3, stripe: 6 }, version: 12, kind: JournalEntryKind::Delete, page_crcs: vec![] },
+            JournalEntry {
+                object: ObjectId { inode: 3, stripe: 6 },
+                version: 12,
+                kind: JournalEntryKind::Delete,
+                page_crcs: vec![],
+            },
         ];
         let header = RecordHeader {
             seq: 5,

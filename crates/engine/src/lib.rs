@@ -39,10 +39,20 @@ impl fmt::Display for ObjectId {
 #[derive(Debug)]
 pub enum Request {
     /// Writes `data` at `offset_bytes` of the object. Both are multiples of 4 KiB.
-    Write { object: ObjectId, offset_bytes: u32, data: AlignedBuffer },
+    Write {
+        object: ObjectId,
+        offset_bytes: u32,
+        data: AlignedBuffer,
+    },
     /// Reads `length_bytes` at `offset_bytes`. Never-written ranges read as zeros.
-    Read { object: ObjectId, offset_bytes: u32, length_bytes: u32 },
-    Delete { object: ObjectId },
+    Read {
+        object: ObjectId,
+        offset_bytes: u32,
+        length_bytes: u32,
+    },
+    Delete {
+        object: ObjectId,
+    },
     /// Completes once every write submitted before it has completed (writes are durable when
     /// they complete, so this is a barrier, not extra I/O).
     Flush,

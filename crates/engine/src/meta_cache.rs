@@ -10,8 +10,13 @@ use std::collections::{HashMap, VecDeque};
 
 pub enum PageState {
     /// A read is in flight; these waiters get the page when it completes.
-    Loading { waiters: Vec<Waiter> },
-    Ready { bytes: Box<[u8]>, pins: u32 },
+    Loading {
+        waiters: Vec<Waiter>,
+    },
+    Ready {
+        bytes: Box<[u8]>,
+        pins: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,11 @@ use sim::{SimDisk, SimDiskOptions};
 
 fn new_engine(size_bytes: u64) -> Engine<SimDisk> {
     let disk = SimDisk::new(SimDiskOptions { size_bytes, ..Default::default() });
-    let disk = Engine::format(disk, &FormatOptions { object_size_bytes: 128 * 1024, journal_size_bytes: Some(4 << 20), nonce: 7 }).unwrap();
+    let disk = Engine::format(
+        disk,
+        &FormatOptions { object_size_bytes: 128 * 1024, journal_size_bytes: Some(4 << 20), nonce: 7 },
+    )
+    .unwrap();
     Engine::open(disk, &EngineOptions::default()).unwrap()
 }
 
@@ -31,9 +35,17 @@ fn write_read_delete_reopen() {
     let b = ObjectId { inode: 1, stripe: 1 };
     assert_eq!(read(&mut engine, a, 0, 8192), (0, vec![0; 8192]));
     let small = pattern(1, 8192);
-    let Reply::Written { version: v1 } = engine.execute(Request::Write { object: a, offset_bytes: 4096, data: small.clone() }).unwrap() else { panic!() };
+    let Reply::Written { version: v1 } =
+        engine.execute(Request::Write { object: a, offset_bytes: 4096, data: small.clone() }).unwrap()
+    else {
+        panic!()
+    };
     let whole = pattern(2, 128 * 1024);
-    let Reply::Written { version: v2 } = engine.execute(Request::Write { object: b, offset_bytes: 0, data: whole.clone() }).unwrap() else { panic!() };
+    let Reply::Written { version: v2 } =
+        engine.execute(Request::Write { object: b, offset_bytes: 0, data: whole.clone() }).unwrap()
+    else {
+        panic!()
+    };
     assert!(v2 > v1);
     let (version, data) = read(&mut engine, a, 0, 16384);
     assert_eq!(version, v1);

@@ -1,0 +1,130 @@
+//! `basalt`, the one Basalt binary: parses the command line and runs one subcommand.
+//!
+//! Each subcommand lives in its own module under `cmd/` and returns `anyhow::Result`; this file
+//! turns an error into one line on stderr and a non-zero exit status. The modules beside `cmd/`
+//! are the helpers the subcommands share (sizes, device checks, request pipelining, the torture
+//! log).
+
+mod cmd;
+mod device;
+mod pipeline;
+mod size;
+mod torture;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Basalt: distributed block storage.
+#[derive(Debug, Parser)]
+#[command(name = "basalt", version, about, propagate_version = true)]
+struct Cli {
+    /// Print only results: no progress messages on stderr.
+    #[arg(long, short, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Manage the storage of one OSD (one drive).
+    #[command(subcommand)]
+    Osd(OsdCommand),
+    /// Storage engine tools: benchmarks and load generators.
+    #[command(subcommand)]
+    Engine(EngineCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum OsdCommand {
+    /// Format a file or block device as a Basalt engine.
+    Init(cmd::osd_init::Args),
+    /// Open an engine and print its superblock, space, index RAM and open time.
+    Info(cmd::osd_info::Args),
+}
+
+#[derive(Debug, Subcommand)]
+enum EngineCommand {
+    /// Format PATH and run the fio-suite workloads against the engine (destroys PATH's data).
+    Bench(cmd::engine_bench::Args),
+    /// Write N distinct objects into an existing engine, then flush its journal.
+    Fill(cmd::engine_fill::Args),
+    /// Write random data until killed, logging every acknowledged write (for the kill -9 test).
+    #[command(hide = true)]
+    Torture(cmd::engine_torture::Args),
+    /// Check an engine against a torture log after a crash.
+    #[command(hide = true)]
+    Verify(cmd::engine_verify::Args),
+}
+
+/// What every subcommand may use besides its own arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Global {
+    pub quiet: bool,
+}
+
+impl Global {
+    /// Prints a progress message on stderr unless `--quiet` was given.
+    pub fn say(&self, message: impl std::fmt::Display) {
+        if !self.quiet {
+            eprintln!("basalt: {message}");
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let global = Global { quiet: cli.quiet };
+    let result = match cli.command {
+        Command::Osd(OsdCommand::Init(args)) => cmd::osd_init::run(global, args),
+        Command::Osd(OsdCommand::Info(args)) => cmd::osd_info::run(global, args),
+        Command::Engine(EngineCommand::Bench(args)) => cmd::engine_bench::run(global, args),
+        Command::Engine(EngineCommand::Fill(args)) => cmd::engine_fill::run(global, args),
+        Command::Engine(EngineCommand::Torture(args)) => cmd::engine_torture::run(global, args),
+        Command::Engine(EngineCommand::Verify(args)) => cmd::engine_verify::run(global, args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("basalt: error: {}", one_line(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Joins an error and its causes into one line, "cannot open /x: disk /x not found", leaving
+/// out a cause whose text its parent already shows (errors that print their source with "{0}").
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    let mut previous = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !previous.is_empty() && previous.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+        previous = text;
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn error_line_skips_causes_already_shown() {
+        let inner = std::io::Error::other("disk full");
+        let error = anyhow::Error::new(inner).context("write failed: disk full").context("cannot format /x");
+        assert_eq!(super::one_line(&error), "cannot format /x: write failed: disk full");
+    }
+}

@@ -1,0 +1,539 @@
+//! Crash tests: power loss at random points of a concurrent workload, then recovery is checked.
+//!
+//! Each seed formats a small engine (16 or 64 KiB objects) on a `SimDisk` (512 or 4096-byte
+//! sectors, torn writes, reordered completions) wrapped in a `CrashDisk` (part of each write in
+//! flight may land), and runs several crash cycles: a random workload of small writes, whole-object writes, deletes,
+//! reads and flush requests with several requests in flight, frozen at a random completion,
+//! crashed, reopened and checked. Then the workload continues on the recovered engine, so
+//! replay after replay is covered. Checked after every recovery, page by page:
+//!
+//! - every acknowledged write (or delete) reads back, unless a write issued after it replaced it;
+//! - every page holds exactly one candidate: the newest acknowledged or observed version of that
+//!   page, any version issued after it, or (when nothing was acknowledged) the content before
+//!   the cycle; never bytes no write produced;
+//! - versions never go back: objects read at or above their acknowledged versions, and new
+//!   writes get versions above everything seen before the crash;
+//! - `list_objects` agrees with what reads return, and flushing the journal changes nothing.
+//!
+//! Reads during the workload are checked too: they return a candidate, and a version a read
+//! returned was durable, so it must survive the crash.
+//!
+//! A second test crashes a small workload at every flush index. A failing seed is printed;
+//! replay it with `BASALT_CRASH_SEED=<seed>`. `BASALT_CRASH_SEEDS` sets the number of random
+//! seeds (default 2000) and `BASALT_CRASH_FLUSH_SEEDS` the number of every-flush-index seeds.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{classify_page, env_count, format_disk, pattern_buffer, CrashDisk, DiskControl, PageContent, PAGE_BYTES};
+use engine::{Completion, Engine, ObjectId, Reply, Request};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use sim::{SimDisk, SimDiskOptions};
+
+const OBJECT_COUNT: u64 = 8;
+const IN_FLIGHT_MAX: usize = 8;
+const CYCLE_COUNT: usize = 3;
+
+fn object_id(index: u64) -> ObjectId {
+    ObjectId { inode: 0xc0ffee, stripe: index }
+}
+
+/// Prints the seed if the test panics while it is alive.
+struct SeedGuard(u64);
+
+impl Drop for SeedGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "crash test failed at seed {0}; replay with BASALT_CRASH_SEED={0} cargo test -p engine --test crash",
+                self.0
+            );
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpState {
+    InFlight,
+    Acked { version: u64 },
+}
+
+#[derive(Debug, Clone)]
+struct OpRecord {
+    /// Zero for a delete.
+    tag: u64,
+    first_page: u32,
+    page_count: u32,
+    state: OpState,
+}
+
+impl OpRecord {
+    fn covers(&self, page: u32) -> bool {
+        page >= self.first_page && page < self.first_page + self.page_count
+    }
+
+    fn content(&self) -> PageContent {
+        if self.tag == 0 {
+            PageContent::Zero
+        } else {
+            PageContent::Tag(self.tag)
+        }
+    }
+}
+
+/// What the checker knows of one object within a crash cycle.
+#[derive(Debug, Clone)]
+struct ObjectHistory {
+    /// Per page, the content at the start of the cycle (recovered and durable).
+    baseline: Vec<PageContent>,
+    /// Version at the start of the cycle.
+    baseline_version: u64,
+    /// Writes and deletes of this cycle, in submission order (which is their apply order).
+    ops: Vec<OpRecord>,
+    /// Per page, the newest op a read returned: it was durable, so it must survive.
+    observed: Vec<Option<usize>>,
+}
+
+impl ObjectHistory {
+    fn new(pages_per_object: u32) -> ObjectHistory {
+        ObjectHistory {
+            baseline: vec![PageContent::Zero; pages_per_object as usize],
+            baseline_version: 0,
+            ops: Vec::new(),
+            observed: vec![None; pages_per_object as usize],
+        }
+    }
+
+    /// The oldest op of `ops[..limit]` whose content a page may still hold: the newest one that
+    /// was acknowledged or observed. `None` means the baseline may still show.
+    fn floor(&self, page: u32, limit: usize) -> Option<usize> {
+        let acked =
+            self.ops[..limit].iter().rposition(|op| op.covers(page) && matches!(op.state, OpState::Acked { .. }));
+        let observed = self.observed[page as usize].filter(|&index| index < limit);
+        acked.max(observed)
+    }
+
+    /// Checks a page against its candidates, `ops[floor..limit]` (and the baseline without a
+    /// floor); returns the op it came from.
+    fn check_page(
+        &self,
+        object: ObjectId,
+        page: u32,
+        bytes: &[u8],
+        floor: Option<usize>,
+        limit: usize,
+    ) -> Result<Option<usize>, String> {
+        let content = classify_page(bytes, object, page)?;
+        if floor.is_none() && self.baseline[page as usize] == content {
+            return Ok(None);
+        }
+        let start = floor.unwrap_or(0);
+        let found =
+            (start..limit).rev().find(|&index| self.ops[index].covers(page) && self.ops[index].content() == content);
+        match found {
+            Some(index) => Ok(Some(index)),
+            None => Err(format!(
+                "object {object} page {page} holds {content:?}; the candidates were {:?} (floor {floor:?}, baseline {:?}, ops {:?})",
+                (start..limit)
+                    .filter(|&index| self.ops[index].covers(page))
+                    .map(|index| (index, self.ops[index].content(), self.ops[index].state))
+                    .collect::<Vec<_>>(),
+                self.baseline[page as usize],
+                self.ops[..limit].iter().map(|op| (op.tag, op.first_page, op.page_count, op.state)).collect::<Vec<_>>(),
+            )),
+        }
+    }
+
+    /// Checks the version an object reads at after recovery. A deleted object reads at the
+    /// delete's version until the delete is flushed, then at version 0.
+    fn check_version(&self, object: ObjectId, version: u64, exists: bool) {
+        let last_acked = self.ops.iter().rposition(|op| matches!(op.state, OpState::Acked { .. }));
+        let (floor, zero_ok) = match last_acked {
+            Some(index) => {
+                let OpState::Acked { version } = self.ops[index].state else { unreachable!() };
+                (version, self.ops[index..].iter().any(|op| op.tag == 0))
+            }
+            None => {
+                let baseline_zero = self.baseline.iter().all(|content| *content == PageContent::Zero);
+                (self.baseline_version, baseline_zero || self.ops.iter().any(|op| op.tag == 0))
+            }
+        };
+        if version == 0 && !exists && zero_ok {
+            return;
+        }
+        assert!(
+            version >= floor,
+            "{object}: version {version} below the acknowledged version {floor}; ops {:?}",
+            self.ops
+        );
+    }
+}
+
+enum InFlight {
+    Write {
+        object: u64,
+        op: usize,
+    },
+    /// A read resolves its pages when submitted: the floors and the limit are taken then.
+    Read {
+        object: u64,
+        first_page: u32,
+        floors: Vec<Option<usize>>,
+        limit: usize,
+    },
+    Flush,
+}
+
+struct Crasher {
+    rng: SmallRng,
+    engine: Option<Engine<CrashDisk>>,
+    control: DiskControl,
+    object_size_bytes: u32,
+    pages_per_object: u32,
+    objects: Vec<ObjectHistory>,
+    in_flight: HashMap<u64, InFlight>,
+    next_user_data: u64,
+    next_tag: u64,
+    /// Every version acknowledged or read back before the current cycle is below this.
+    version_floor: u64,
+}
+
+impl Crasher {
+    fn new(seed: u64) -> Crasher {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let sector_size_bytes = if seed.is_multiple_of(2) { 512 } else { 4096 };
+        // 16 KiB objects with the smallest journal (320 KiB, it wraps often) or a larger one, or
+        // 64 KiB objects (larger metadata entries, more pages per write).
+        let (object_size_bytes, journal_size_bytes) = match rng.gen_range(0..3) {
+            0 => (16 << 10, 320 << 10),
+            1 => (16 << 10, 1 << 20),
+            _ => (64 << 10, 1280 << 10),
+        };
+        let disk = SimDisk::new(SimDiskOptions {
+            size_bytes: 6 << 20,
+            sector_size_bytes,
+            seed,
+            reorder_completions: true,
+            torn_writes: true,
+            ..SimDiskOptions::default()
+        });
+        let tear_in_flight = rng.gen_ratio(3, 4);
+        let disk = CrashDisk::new(disk, tear_in_flight, seed);
+        let disk = format_disk(disk, u64::from(object_size_bytes), journal_size_bytes);
+        let pages_per_object = object_size_bytes / PAGE_BYTES as u32;
+        let control = disk.control();
+        Crasher {
+            control,
+            rng,
+            engine: Some(common::open(disk)),
+            object_size_bytes,
+            pages_per_object,
+            objects: (0..OBJECT_COUNT).map(|_| ObjectHistory::new(pages_per_object)).collect(),
+            in_flight: HashMap::new(),
+            next_user_data: 1,
+            next_tag: 1,
+            version_floor: 1,
+        }
+    }
+
+    fn engine(&mut self) -> &mut Engine<CrashDisk> {
+        self.engine.as_mut().expect("engine")
+    }
+
+    fn submit_random(&mut self) {
+        let object = self.rng.gen_range(0..OBJECT_COUNT);
+        let id = object_id(object);
+        let user_data = self.next_user_data;
+        self.next_user_data += 1;
+        let choice = self.rng.gen_range(0..20);
+        let (request, in_flight) = match choice {
+            0..=12 => {
+                let (first_page, page_count) = if choice <= 9 {
+                    let first_page = self.rng.gen_range(0..self.pages_per_object);
+                    (first_page, self.rng.gen_range(1..=self.pages_per_object - first_page))
+                } else {
+                    (0, self.pages_per_object)
+                };
+                let tag = self.next_tag;
+                self.next_tag += 1;
+                let history = &mut self.objects[object as usize];
+                history.ops.push(OpRecord { tag, first_page, page_count, state: OpState::InFlight });
+                let data = pattern_buffer(tag, id, first_page, page_count);
+                let request = Request::Write { object: id, offset_bytes: first_page * PAGE_BYTES as u32, data };
+                (request, InFlight::Write { object, op: history.ops.len() - 1 })
+            }
+            13..=14 => {
+                let history = &mut self.objects[object as usize];
+                history.ops.push(OpRecord {
+                    tag: 0,
+                    first_page: 0,
+                    page_count: self.pages_per_object,
+                    state: OpState::InFlight,
+                });
+                (Request::Delete { object: id }, InFlight::Write { object, op: history.ops.len() - 1 })
+            }
+            15..=18 => {
+                let first_page = self.rng.gen_range(0..self.pages_per_object);
+                let page_count = self.rng.gen_range(1..=self.pages_per_object - first_page);
+                let request = Request::Read {
+                    object: id,
+                    offset_bytes: first_page * PAGE_BYTES as u32,
+                    length_bytes: page_count * PAGE_BYTES as u32,
+                };
+                let history = &self.objects[object as usize];
+                let limit = history.ops.len();
+                let floors = (first_page..first_page + page_count).map(|page| history.floor(page, limit)).collect();
+                (request, InFlight::Read { object, first_page, floors, limit })
+            }
+            _ => (Request::Flush, InFlight::Flush),
+        };
+        self.in_flight.insert(user_data, in_flight);
+        self.engine().submit(user_data, request);
+    }
+
+    fn on_completion(&mut self, completion: Completion) {
+        let in_flight = self.in_flight.remove(&completion.user_data).expect("known request");
+        match in_flight {
+            InFlight::Write { object, op } => {
+                let version = match completion.result {
+                    Ok(Reply::Written { version } | Reply::Deleted { version }) => version,
+                    other => panic!("write or delete of {} failed: {other:?}", object_id(object)),
+                };
+                assert!(
+                    version >= self.version_floor,
+                    "version {version} does not exceed versions seen before the crash ({})",
+                    self.version_floor
+                );
+                let history = &mut self.objects[object as usize];
+                // Versions grow with submission order, within an object.
+                for earlier in &history.ops[..op] {
+                    if let OpState::Acked { version: earlier_version } = earlier.state {
+                        assert!(
+                            earlier_version < version,
+                            "version {version} after {earlier_version} on {}",
+                            object_id(object)
+                        );
+                    }
+                }
+                history.ops[op].state = OpState::Acked { version };
+            }
+            InFlight::Read { object, first_page, floors, limit } => {
+                let data = match completion.result {
+                    Ok(Reply::Read { data, .. }) => data,
+                    other => panic!("read of {} failed: {other:?}", object_id(object)),
+                };
+                let history = &mut self.objects[object as usize];
+                for (index, floor) in floors.into_iter().enumerate() {
+                    let page = first_page + index as u32;
+                    let bytes = &data[index * PAGE_BYTES..(index + 1) * PAGE_BYTES];
+                    let source = history
+                        .check_page(object_id(object), page, bytes, floor, limit)
+                        .unwrap_or_else(|error| panic!("read during the workload: {error}"));
+                    if let Some(source) = source {
+                        let observed = &mut history.observed[page as usize];
+                        *observed = (*observed).max(Some(source));
+                    }
+                }
+            }
+            InFlight::Flush => assert!(matches!(completion.result, Ok(Reply::Flushed)), "{:?}", completion.result),
+        }
+    }
+
+    /// Runs a workload of `op_count` requests until it ends or the disk freezes.
+    fn run_workload(&mut self, op_count: usize) {
+        let mut submitted = 0;
+        let mut out = Vec::new();
+        loop {
+            if self.engine().disk().is_frozen() {
+                break;
+            }
+            while submitted < op_count && self.in_flight.len() < IN_FLIGHT_MAX && self.rng.gen_ratio(2, 3) {
+                self.submit_random();
+                submitted += 1;
+            }
+            self.engine().poll(&mut out);
+            for completion in out.drain(..) {
+                self.on_completion(completion);
+            }
+            if submitted == op_count && self.in_flight.is_empty() {
+                break;
+            }
+            if self.engine().disk().is_frozen() {
+                break;
+            }
+            if !self.in_flight.is_empty() || submitted < op_count {
+                self.engine().wait();
+            }
+        }
+    }
+
+    /// Lets the flusher run for a while with no requests (it may be stopped mid-job).
+    fn run_flusher(&mut self, poll_count: usize) {
+        let mut out = Vec::new();
+        for _ in 0..poll_count {
+            if self.engine().disk().is_frozen() || self.engine().is_idle() {
+                break;
+            }
+            self.engine().poll(&mut out);
+            assert!(out.is_empty());
+            self.engine().wait();
+        }
+    }
+
+    /// Power loss, reopen, and the checks described in the module doc.
+    fn crash_and_check(&mut self) {
+        let mut disk = self.engine.take().expect("engine").into_disk();
+        disk.crash();
+        self.in_flight.clear();
+        let engine = match Engine::open(disk, &common::engine_options()) {
+            Ok(engine) => engine,
+            Err(error) => panic!("open after the crash failed: {error}"),
+        };
+        self.engine = Some(engine);
+        let recovered = self.check_recovered();
+
+        // Flushing replayed records must not change what reads return.
+        if self.rng.gen_bool(0.5) {
+            self.engine().flush_journal();
+            assert!(self.engine().poisoned().is_none());
+            for object in 0..OBJECT_COUNT {
+                let object_size_bytes = self.object_size_bytes;
+                let (version, data) = common::read(self.engine(), object_id(object), 0, object_size_bytes);
+                let (expected_version, expected) = &recovered[object as usize];
+                assert!(data == *expected, "{}: flushing the replayed journal changed its bytes", object_id(object));
+                let deleted = expected.iter().all(|&byte| byte == 0);
+                assert!(
+                    version == *expected_version || (deleted && version == 0),
+                    "{}: version {version} after flushing, {expected_version} before",
+                    object_id(object)
+                );
+            }
+        }
+
+        // The recovered state is durable: it is the next cycle's baseline.
+        for (object, (version, data)) in recovered.into_iter().enumerate() {
+            let id = object_id(object as u64);
+            let history = &mut self.objects[object];
+            history.baseline = data
+                .chunks_exact(PAGE_BYTES)
+                .enumerate()
+                .map(|(page, bytes)| classify_page(bytes, id, page as u32).expect("checked"))
+                .collect();
+            history.baseline_version = version;
+            for op in &history.ops {
+                if let OpState::Acked { version } = op.state {
+                    self.version_floor = self.version_floor.max(version + 1);
+                }
+            }
+            self.version_floor = self.version_floor.max(version + 1);
+            history.ops.clear();
+            history.observed.fill(None);
+        }
+    }
+
+    /// Reads every object back and checks it; returns each object's version and bytes.
+    fn check_recovered(&mut self) -> Vec<(u64, Vec<u8>)> {
+        let listed: HashMap<ObjectId, u64> = self.engine().list_objects().into_iter().collect();
+        let mut recovered = Vec::new();
+        for object in 0..OBJECT_COUNT {
+            let id = object_id(object);
+            let object_size_bytes = self.object_size_bytes;
+            let (version, data) = common::read(self.engine(), id, 0, object_size_bytes);
+            let history = &self.objects[object as usize];
+            for page in 0..self.pages_per_object {
+                let bytes = &data[page as usize * PAGE_BYTES..(page as usize + 1) * PAGE_BYTES];
+                let limit = history.ops.len();
+                if let Err(error) = history.check_page(id, page, bytes, history.floor(page, limit), limit) {
+                    panic!("after the crash: {error}");
+                }
+            }
+            let exists = data.iter().any(|&byte| byte != 0);
+            history.check_version(id, version, exists);
+            if exists {
+                assert_eq!(listed.get(&id), Some(&version), "{id}: listed version");
+            } else {
+                assert!(!listed.contains_key(&id), "{id} reads as zeros but is listed");
+            }
+            recovered.push((version, data));
+        }
+        let space = self.engine().space();
+        assert!(space.used_bytes + space.free_bytes <= space.total_bytes, "{space:?}");
+        assert_eq!(space.object_count, listed.len() as u64);
+        recovered
+    }
+}
+
+/// Crash cycles at random completion indices.
+fn run_random_seed(seed: u64) {
+    let _guard = SeedGuard(seed);
+    let mut crasher = Crasher::new(seed);
+    for _ in 0..CYCLE_COUNT {
+        let op_count = crasher.rng.gen_range(10..80);
+        let freeze_after = crasher.rng.gen_range(0..op_count as u64 * 4);
+        crasher.control.apply(move |disk| disk.freeze_after_completions(freeze_after));
+        crasher.run_workload(op_count);
+        let poll_count = crasher.rng.gen_range(0..50);
+        crasher.run_flusher(poll_count);
+        crasher.crash_and_check();
+    }
+}
+
+/// Runs a small workload (and then the flusher) for `seed`, crashing after `flush_index`
+/// successful flushes, or at the end if there are fewer. Returns the flushes it saw.
+fn run_flush_index(seed: u64, flush_index: Option<u64>) -> u64 {
+    let mut crasher = Crasher::new(seed);
+    let flushes_before = crasher.engine().disk().inner.completed_flush_count();
+    if let Some(flush_index) = flush_index {
+        crasher.control.apply(move |disk| disk.freeze_after_flushes(flush_index));
+    }
+    crasher.run_workload(16);
+    crasher.run_flusher(10_000);
+    let flush_count = crasher.engine().disk().inner.completed_flush_count() - flushes_before;
+    crasher.crash_and_check();
+    // A second cycle on the recovered engine, crashed at its end.
+    crasher.run_workload(8);
+    crasher.crash_and_check();
+    flush_count
+}
+
+/// Seeds to run: the one given by `BASALT_CRASH_SEED`, or `count` seeds of the parity.
+fn seeds(count: u64, parity: u64) -> Vec<u64> {
+    if let Ok(seed) = std::env::var("BASALT_CRASH_SEED") {
+        let seed: u64 = seed.parse().expect("BASALT_CRASH_SEED is a number");
+        return if seed % 2 == parity { vec![seed] } else { Vec::new() };
+    }
+    (0..count).map(|index| index * 2 + parity).collect()
+}
+
+#[test]
+fn crash_at_random_points_512_byte_sectors() {
+    for seed in seeds(env_count("BASALT_CRASH_SEEDS", 2000) / 2, 0) {
+        run_random_seed(seed);
+    }
+}
+
+#[test]
+fn crash_at_random_points_4096_byte_sectors() {
+    for seed in seeds(env_count("BASALT_CRASH_SEEDS", 2000) / 2, 1) {
+        run_random_seed(seed);
+    }
+}
+
+#[test]
+fn crash_at_every_flush_index() {
+    let count = env_count("BASALT_CRASH_FLUSH_SEEDS", 16);
+    let mut all: Vec<u64> = seeds(count.div_ceil(2), 0);
+    all.extend(seeds(count / 2, 1));
+    for seed in all {
+        // Offset so these seeds differ from the random ones.
+        let seed = seed + 1_000_000;
+        let _guard = SeedGuard(seed);
+        let flush_count = run_flush_index(seed, None);
+        assert!(flush_count > 3, "the workload flushed only {flush_count} times");
+        for flush_index in 0..=flush_count {
+            run_flush_index(seed, Some(flush_index));
+        }
+    }
+}

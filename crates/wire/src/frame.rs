@@ -1,0 +1,612 @@
+//! Frames and the messages they carry: requests, replies, and their body layouts.
+//!
+//! Encoding appends to a caller's `Vec<u8>` that is reused across frames, so steady-state
+//! encoding allocates nothing; data travels as `Bytes`, moved in by the sender and sliced out of
+//! the receive buffer by the decoder without a copy. Decoding is structural: it checks sizes,
+//! checksums and known codes, and leaves semantics (alignment, ranges, whether an object exists)
+//! to the OSD. The body layouts are in `docs/design/wire-protocol.md`; keep the two in step.
+
+use bytes::Bytes;
+
+use crate::codes::{Opcode, Status};
+use crate::error::{BodyKind, DecodeError};
+use crate::header::{Header, FLAG_REPLY, HEADER_SIZE_BYTES};
+use crate::limits::{LIST_ENTRY_SIZE_BYTES, PAYLOAD_SIZE_MAX_BYTES};
+
+/// A placement group: `(pool, pg)`. Every op on a PG's data names it, so a responder checks the
+/// header's epoch against that PG before anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PgId {
+    pub pool: u32,
+    pub pg: u32,
+}
+
+/// An object: piece `stripe` of volume `inode`. Mirrors `engine::ObjectId`; both move to the
+/// `types` crate when it exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId {
+    pub inode: u64,
+    pub stripe: u64,
+}
+
+/// One entry of a SecList reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ListEntry {
+    pub object: ObjectId,
+    pub version: u64,
+}
+
+/// A request: what a client asks of a primary, or a primary of a secondary.
+///
+/// Fields are listed in wire order. Volume offsets are `u64`; offsets within an object and
+/// lengths are `u32`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Read {
+        pg: PgId,
+        inode: u64,
+        offset_bytes: u64,
+        length_bytes: u32,
+    },
+    /// The data runs to the end of the body; its length is the payload size minus the fields.
+    Write {
+        pg: PgId,
+        inode: u64,
+        offset_bytes: u64,
+        data: Bytes,
+    },
+    WriteZeroes {
+        pg: PgId,
+        inode: u64,
+        offset_bytes: u64,
+        length_bytes: u32,
+    },
+    Trim {
+        pg: PgId,
+        inode: u64,
+        offset_bytes: u64,
+        length_bytes: u32,
+    },
+    /// Addresses no PG: it orders the writes of this connection.
+    Flush,
+    SecRead {
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u32,
+        length_bytes: u32,
+    },
+    /// `version` is chosen by the primary; the data runs to the end of the body.
+    SecWrite {
+        pg: PgId,
+        object: ObjectId,
+        version: u64,
+        offset_bytes: u32,
+        data: Bytes,
+    },
+    SecDelete {
+        pg: PgId,
+        object: ObjectId,
+        version: u64,
+    },
+    /// Lists at most `count_max` objects of the PG from `start` on, in `(inode, stripe)` order.
+    /// A reply with fewer than `count_max` entries is the last; otherwise ask again from the
+    /// successor of the last entry.
+    SecList {
+        pg: PgId,
+        start: ObjectId,
+        count_max: u32,
+    },
+    ObjectInfo {
+        pg: PgId,
+        object: ObjectId,
+    },
+    Ping,
+}
+
+/// A reply. `Failed` answers any opcode with a status other than `Ok`; every other variant is
+/// the `Ok` reply of the opcode of the same name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    Read {
+        data: Bytes,
+    },
+    Write,
+    WriteZeroes,
+    Trim,
+    Flush,
+    SecRead {
+        version: u64,
+        data: Bytes,
+    },
+    SecWrite,
+    SecDelete,
+    SecList {
+        entries: Vec<ListEntry>,
+    },
+    /// `data_crc32c` covers the object's whole `object_size` bytes, unwritten ranges as zeros.
+    ObjectInfo {
+        version: u64,
+        data_crc32c: u32,
+    },
+    Ping,
+    /// `status` is never `Status::Ok`. The body is empty; for `WrongEpoch` the frame's epoch is the responder's.
+    Failed {
+        opcode: Opcode,
+        status: Status,
+    },
+}
+
+/// What a frame carries. A connection may carry requests and replies in both directions, so one
+/// decoder yields both; the header's reply flag tells them apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    Request(Request),
+    Response(Response),
+}
+
+/// One decoded frame, or one to encode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Matches a reply to its request; replies may arrive in any order.
+    pub request_id: u64,
+    /// The sender's epoch of the addressed PG (a reply carries the responder's); zero when no PG is addressed.
+    pub epoch: u64,
+    pub body: Body,
+}
+
+impl Request {
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Request::Read { .. } => Opcode::Read,
+            Request::Write { .. } => Opcode::Write,
+            Request::WriteZeroes { .. } => Opcode::WriteZeroes,
+            Request::Trim { .. } => Opcode::Trim,
+            Request::Flush => Opcode::Flush,
+            Request::SecRead { .. } => Opcode::SecRead,
+            Request::SecWrite { .. } => Opcode::SecWrite,
+            Request::SecDelete { .. } => Opcode::SecDelete,
+            Request::SecList { .. } => Opcode::SecList,
+            Request::ObjectInfo { .. } => Opcode::ObjectInfo,
+            Request::Ping => Opcode::Ping,
+        }
+    }
+
+    /// The PG the request addresses, if any.
+    pub fn pg(&self) -> Option<PgId> {
+        match *self {
+            Request::Read { pg, .. }
+            | Request::Write { pg, .. }
+            | Request::WriteZeroes { pg, .. }
+            | Request::Trim { pg, .. }
+            | Request::SecRead { pg, .. }
+            | Request::SecWrite { pg, .. }
+            | Request::SecDelete { pg, .. }
+            | Request::SecList { pg, .. }
+            | Request::ObjectInfo { pg, .. } => Some(pg),
+            Request::Flush | Request::Ping => None,
+        }
+    }
+}
+
+impl Response {
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Response::Read { .. } => Opcode::Read,
+            Response::Write => Opcode::Write,
+            Response::WriteZeroes => Opcode::WriteZeroes,
+            Response::Trim => Opcode::Trim,
+            Response::Flush => Opcode::Flush,
+            Response::SecRead { .. } => Opcode::SecRead,
+            Response::SecWrite => Opcode::SecWrite,
+            Response::SecDelete => Opcode::SecDelete,
+            Response::SecList { .. } => Opcode::SecList,
+            Response::ObjectInfo { .. } => Opcode::ObjectInfo,
+            Response::Ping => Opcode::Ping,
+            Response::Failed { opcode, .. } => *opcode,
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        match self {
+            Response::Failed { status, .. } => *status,
+            _ => Status::Ok,
+        }
+    }
+}
+
+impl Frame {
+    pub fn request(request_id: u64, epoch: u64, request: Request) -> Frame {
+        Frame { request_id, epoch, body: Body::Request(request) }
+    }
+
+    pub fn response(request_id: u64, epoch: u64, response: Response) -> Frame {
+        Frame { request_id, epoch, body: Body::Response(response) }
+    }
+
+    pub fn opcode(&self) -> Opcode {
+        match &self.body {
+            Body::Request(request) => request.opcode(),
+            Body::Response(response) => response.opcode(),
+        }
+    }
+
+    pub fn is_reply(&self) -> bool {
+        matches!(self.body, Body::Response(_))
+    }
+
+    /// The payload's size in bytes (the frame's size minus the header).
+    pub fn payload_size_bytes(&self) -> usize {
+        match &self.body {
+            Body::Request(request) => request_fields_size_bytes(request.opcode()) + request_data(request).len(),
+            Body::Response(Response::SecList { entries }) => 4 + entries.len() * LIST_ENTRY_SIZE_BYTES as usize,
+            Body::Response(response) => reply_fields_size_bytes(response) + response_data(response).len(),
+        }
+    }
+
+    /// The frame's size in bytes: what `encode` appends.
+    pub fn encoded_size_bytes(&self) -> usize {
+        HEADER_SIZE_BYTES + self.payload_size_bytes()
+    }
+
+    /// Appends the frame to `out`. Allocates only if `out` must grow.
+    ///
+    /// # Panics
+    ///
+    /// If the payload exceeds `limits::PAYLOAD_SIZE_MAX_BYTES` (callers split data to
+    /// `limits::DATA_SIZE_MAX_BYTES` and cap SecList replies to `limits::LIST_ENTRIES_MAX_COUNT`),
+    /// or if a `Response::Failed` carries `Status::Ok`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let payload_size_bytes = self.payload_size_bytes();
+        assert!(payload_size_bytes <= PAYLOAD_SIZE_MAX_BYTES as usize);
+        let start = out.len();
+        out.reserve(HEADER_SIZE_BYTES + payload_size_bytes);
+        out.resize(start + HEADER_SIZE_BYTES, 0);
+        let (flags, status) = match &self.body {
+            Body::Request(request) => {
+                encode_request(request, out);
+                (0, Status::Ok)
+            }
+            Body::Response(response) => {
+                encode_response(response, out);
+                (FLAG_REPLY, response.status())
+            }
+        };
+        let payload = &out[start + HEADER_SIZE_BYTES..];
+        assert_eq!(payload.len(), payload_size_bytes);
+        let header = Header {
+            opcode: self.opcode(),
+            flags,
+            // Cannot truncate: asserted against the limit above.
+            payload_size_bytes: payload_size_bytes as u32,
+            request_id: self.request_id,
+            epoch: self.epoch,
+            status,
+            payload_crc32c: crc32c::crc32c(payload),
+        };
+        out[start..start + HEADER_SIZE_BYTES].copy_from_slice(&header.encode());
+    }
+
+    /// Verifies `payload` against a verified `header` and decodes the frame's body. `payload` is
+    /// exactly the `header.payload_size_bytes` bytes after the header; data in the body are
+    /// slices of it, not copies.
+    ///
+    /// # Panics
+    ///
+    /// If `payload` is not `header.payload_size_bytes` long: the transport read the wrong amount.
+    pub fn decode_payload(header: &Header, payload: Bytes) -> Result<Frame, DecodeError> {
+        assert_eq!(payload.len(), header.payload_size_bytes as usize);
+        let actual = crc32c::crc32c(&payload);
+        if actual != header.payload_crc32c {
+            return Err(DecodeError::PayloadChecksum {
+                request_id: header.request_id,
+                expected: header.payload_crc32c,
+                actual,
+            });
+        }
+        let body = if !header.is_reply() {
+            let mut reader = Reader::new(header, BodyKind::Request, payload);
+            reader.require(request_fields_size_bytes(header.opcode) as u64)?;
+            let request = decode_request(header.opcode, &mut reader)?;
+            reader.finish()?;
+            Body::Request(request)
+        } else if header.status.is_ok() {
+            let mut reader = Reader::new(header, BodyKind::Reply, payload);
+            let response = decode_reply(header.opcode, &mut reader)?;
+            reader.finish()?;
+            Body::Response(response)
+        } else {
+            let reader = Reader::new(header, BodyKind::ErrorReply, payload);
+            reader.finish()?;
+            Body::Response(Response::Failed { opcode: header.opcode, status: header.status })
+        };
+        Ok(Frame { request_id: header.request_id, epoch: header.epoch, body })
+    }
+}
+
+/// Bytes of a request body before its data (or all of it, for an opcode without data).
+pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
+    const PG: usize = 8;
+    const OBJECT: usize = 16;
+    match opcode {
+        Opcode::Read | Opcode::WriteZeroes | Opcode::Trim => PG + 8 + 8 + 4,
+        Opcode::Write => PG + 8 + 8,
+        Opcode::Flush | Opcode::Ping => 0,
+        Opcode::SecRead => PG + OBJECT + 4 + 4,
+        Opcode::SecWrite => PG + OBJECT + 8 + 4,
+        Opcode::SecDelete => PG + OBJECT + 8,
+        Opcode::SecList => PG + OBJECT + 4,
+        Opcode::ObjectInfo => PG + OBJECT,
+    }
+}
+
+/// Bytes of an `Ok` reply body before its data (or its entries, for SecList).
+fn reply_fields_size_bytes(response: &Response) -> usize {
+    match response {
+        Response::SecRead { .. } => 8,
+        Response::ObjectInfo { .. } => 8 + 4,
+        Response::SecList { .. } => 4,
+        _ => 0,
+    }
+}
+
+fn request_data(request: &Request) -> &[u8] {
+    match request {
+        Request::Write { data, .. } | Request::SecWrite { data, .. } => data,
+        _ => &[],
+    }
+}
+
+fn response_data(response: &Response) -> &[u8] {
+    match response {
+        Response::Read { data } | Response::SecRead { data, .. } => data,
+        _ => &[],
+    }
+}
+
+fn encode_request(request: &Request, out: &mut Vec<u8>) {
+    match request {
+        Request::Read { pg, inode, offset_bytes, length_bytes }
+        | Request::WriteZeroes { pg, inode, offset_bytes, length_bytes }
+        | Request::Trim { pg, inode, offset_bytes, length_bytes } => {
+            put_pg(out, *pg);
+            put_u64(out, *inode);
+            put_u64(out, *offset_bytes);
+            put_u32(out, *length_bytes);
+        }
+        Request::Write { pg, inode, offset_bytes, data } => {
+            put_pg(out, *pg);
+            put_u64(out, *inode);
+            put_u64(out, *offset_bytes);
+            out.extend_from_slice(data);
+        }
+        Request::Flush | Request::Ping => {}
+        Request::SecRead { pg, object, offset_bytes, length_bytes } => {
+            put_pg(out, *pg);
+            put_object(out, *object);
+            put_u32(out, *offset_bytes);
+            put_u32(out, *length_bytes);
+        }
+        Request::SecWrite { pg, object, version, offset_bytes, data } => {
+            put_pg(out, *pg);
+            put_object(out, *object);
+            put_u64(out, *version);
+            put_u32(out, *offset_bytes);
+            out.extend_from_slice(data);
+        }
+        Request::SecDelete { pg, object, version } => {
+            put_pg(out, *pg);
+            put_object(out, *object);
+            put_u64(out, *version);
+        }
+        Request::SecList { pg, start, count_max } => {
+            put_pg(out, *pg);
+            put_object(out, *start);
+            put_u32(out, *count_max);
+        }
+        Request::ObjectInfo { pg, object } => {
+            put_pg(out, *pg);
+            put_object(out, *object);
+        }
+    }
+}
+
+fn encode_response(response: &Response, out: &mut Vec<u8>) {
+    match response {
+        Response::Read { data } => out.extend_from_slice(data),
+        Response::Write
+        | Response::WriteZeroes
+        | Response::Trim
+        | Response::Flush
+        | Response::SecWrite
+        | Response::SecDelete
+        | Response::Ping => {}
+        Response::SecRead { version, data } => {
+            put_u64(out, *version);
+            out.extend_from_slice(data);
+        }
+        Response::SecList { entries } => {
+            // Cannot truncate: the caller asserted the payload against the limit.
+            put_u32(out, entries.len() as u32);
+            for entry in entries {
+                put_object(out, entry.object);
+                put_u64(out, entry.version);
+            }
+        }
+        Response::ObjectInfo { version, data_crc32c } => {
+            put_u64(out, *version);
+            put_u32(out, *data_crc32c);
+        }
+        Response::Failed { status, .. } => assert_ne!(*status, Status::Ok),
+    }
+}
+
+fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, DecodeError> {
+    Ok(match opcode {
+        Opcode::Read => Request::Read {
+            pg: reader.pg()?,
+            inode: reader.u64()?,
+            offset_bytes: reader.u64()?,
+            length_bytes: reader.u32()?,
+        },
+        Opcode::Write => {
+            Request::Write { pg: reader.pg()?, inode: reader.u64()?, offset_bytes: reader.u64()?, data: reader.rest() }
+        }
+        Opcode::WriteZeroes => Request::WriteZeroes {
+            pg: reader.pg()?,
+            inode: reader.u64()?,
+            offset_bytes: reader.u64()?,
+            length_bytes: reader.u32()?,
+        },
+        Opcode::Trim => Request::Trim {
+            pg: reader.pg()?,
+            inode: reader.u64()?,
+            offset_bytes: reader.u64()?,
+            length_bytes: reader.u32()?,
+        },
+        Opcode::Flush => Request::Flush,
+        Opcode::SecRead => Request::SecRead {
+            pg: reader.pg()?,
+            object: reader.object()?,
+            offset_bytes: reader.u32()?,
+            length_bytes: reader.u32()?,
+        },
+        Opcode::SecWrite => Request::SecWrite {
+            pg: reader.pg()?,
+            object: reader.object()?,
+            version: reader.u64()?,
+            offset_bytes: reader.u32()?,
+            data: reader.rest(),
+        },
+        Opcode::SecDelete => Request::SecDelete { pg: reader.pg()?, object: reader.object()?, version: reader.u64()? },
+        Opcode::SecList => Request::SecList { pg: reader.pg()?, start: reader.object()?, count_max: reader.u32()? },
+        Opcode::ObjectInfo => Request::ObjectInfo { pg: reader.pg()?, object: reader.object()? },
+        Opcode::Ping => Request::Ping,
+    })
+}
+
+fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeError> {
+    Ok(match opcode {
+        Opcode::Read => Response::Read { data: reader.rest() },
+        Opcode::Write => Response::Write,
+        Opcode::WriteZeroes => Response::WriteZeroes,
+        Opcode::Trim => Response::Trim,
+        Opcode::Flush => Response::Flush,
+        Opcode::SecRead => {
+            reader.require(8)?;
+            Response::SecRead { version: reader.u64()?, data: reader.rest() }
+        }
+        Opcode::SecWrite => Response::SecWrite,
+        Opcode::SecDelete => Response::SecDelete,
+        Opcode::SecList => {
+            reader.require(4)?;
+            let count = reader.u32()?;
+            // Checked against the bytes present before allocating, so a hostile count allocates nothing.
+            reader.require(4 + u64::from(count) * u64::from(LIST_ENTRY_SIZE_BYTES))?;
+            let mut entries = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                entries.push(ListEntry { object: reader.object()?, version: reader.u64()? });
+            }
+            Response::SecList { entries }
+        }
+        Opcode::ObjectInfo => {
+            reader.require(12)?;
+            Response::ObjectInfo { version: reader.u64()?, data_crc32c: reader.u32()? }
+        }
+        Opcode::Ping => Response::Ping,
+    })
+}
+
+fn put_u32(out: &mut Vec<u8>, value: u32) {
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, value: u64) {
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+fn put_pg(out: &mut Vec<u8>, pg: PgId) {
+    put_u32(out, pg.pool);
+    put_u32(out, pg.pg);
+}
+
+fn put_object(out: &mut Vec<u8>, object: ObjectId) {
+    put_u64(out, object.inode);
+    put_u64(out, object.stripe);
+}
+
+/// Reads little-endian fields from a payload, front to back. Every read is bounds-checked and
+/// reports `BodyTooShort`; `require` reports it up front with the body's full minimum size.
+struct Reader {
+    payload: Bytes,
+    position: usize,
+    request_id: u64,
+    opcode: Opcode,
+    kind: BodyKind,
+}
+
+impl Reader {
+    fn new(header: &Header, kind: BodyKind, payload: Bytes) -> Reader {
+        Reader { payload, position: 0, request_id: header.request_id, opcode: header.opcode, kind }
+    }
+
+    /// Fails unless the body holds at least `size_min_bytes` bytes in total.
+    fn require(&self, size_min_bytes: u64) -> Result<(), DecodeError> {
+        let size_bytes = self.payload.len() as u64;
+        if size_bytes < size_min_bytes {
+            return Err(DecodeError::BodyTooShort {
+                request_id: self.request_id,
+                opcode: self.opcode,
+                kind: self.kind,
+                size_bytes,
+                size_min_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let end = self.position + N;
+        self.require(end as u64)?;
+        let mut value = [0u8; N];
+        value.copy_from_slice(&self.payload[self.position..end]);
+        self.position = end;
+        Ok(value)
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        self.take().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        self.take().map(u64::from_le_bytes)
+    }
+
+    fn pg(&mut self) -> Result<PgId, DecodeError> {
+        Ok(PgId { pool: self.u32()?, pg: self.u32()? })
+    }
+
+    fn object(&mut self) -> Result<ObjectId, DecodeError> {
+        Ok(ObjectId { inode: self.u64()?, stripe: self.u64()? })
+    }
+
+    /// The rest of the body, without a copy.
+    fn rest(&mut self) -> Bytes {
+        let rest = self.payload.slice(self.position..);
+        self.position = self.payload.len();
+        rest
+    }
+
+    /// Fails if any byte of the body was not read.
+    fn finish(self) -> Result<(), DecodeError> {
+        let trailing_bytes = (self.payload.len() - self.position) as u64;
+        if trailing_bytes != 0 {
+            return Err(DecodeError::TrailingBytes {
+                request_id: self.request_id,
+                opcode: self.opcode,
+                kind: self.kind,
+                trailing_bytes,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,71 @@
+//! Fixed sample frames for the unit tests: one of every request and every reply, with field
+//! values whose bytes are all distinct, so a misplaced field shows up in a round trip.
+
+use crate::{Bytes, Frame, ListEntry, ObjectId, Opcode, PgId, Request, Response, Status};
+
+pub(crate) fn sample_requests() -> Vec<Request> {
+    let pg = PgId { pool: 0x0102_0304, pg: 0x0506_0708 };
+    let object = ObjectId { inode: 0x1112_1314_1516_1718, stripe: 0x2122_2324_2526_2728 };
+    let data = Bytes::from((0..=255u8).cycle().take(4096 + 7).collect::<Vec<u8>>());
+    let requests = vec![
+        Request::Read {
+            pg,
+            inode: 0x3132_3334_3536_3738,
+            offset_bytes: 0x4142_4344_4546_4748,
+            length_bytes: 0x5152_5354,
+        },
+        Request::Write { pg, inode: 9, offset_bytes: 1 << 40, data: data.clone() },
+        Request::WriteZeroes { pg, inode: 10, offset_bytes: 8192, length_bytes: 1 << 20 },
+        Request::Trim { pg, inode: 11, offset_bytes: 0, length_bytes: u32::MAX },
+        Request::Flush,
+        Request::SecRead { pg, object, offset_bytes: 4096, length_bytes: 8192 },
+        Request::SecWrite { pg, object, version: 0x6162_6364_6566_6768, offset_bytes: 12288, data },
+        Request::SecDelete { pg, object, version: u64::MAX },
+        Request::SecList { pg, start: object, count_max: 1000 },
+        Request::ObjectInfo { pg, object },
+        Request::Ping,
+    ];
+    assert!(Opcode::ALL.iter().all(|opcode| requests.iter().any(|request| request.opcode() == *opcode)));
+    requests
+}
+
+pub(crate) fn sample_responses() -> Vec<Response> {
+    let entries = (0..5u64)
+        .map(|index| ListEntry { object: ObjectId { inode: 100 + index, stripe: index << 33 }, version: index * 7 })
+        .collect();
+    let mut responses = vec![
+        Response::Read { data: Bytes::from(vec![0x5a; 512]) },
+        Response::Write,
+        Response::WriteZeroes,
+        Response::Trim,
+        Response::Flush,
+        Response::SecRead { version: 77, data: Bytes::from_static(b"object bytes") },
+        Response::SecWrite,
+        Response::SecDelete,
+        Response::SecList { entries },
+        Response::ObjectInfo { version: 78, data_crc32c: 0xdead_beef },
+        Response::Ping,
+    ];
+    assert!(Opcode::ALL.iter().all(|opcode| responses.iter().any(|response| response.opcode() == *opcode)));
+    for (index, status) in Status::ALL.into_iter().filter(|status| !status.is_ok()).enumerate() {
+        responses.push(Response::Failed { opcode: Opcode::ALL[index % Opcode::ALL.len()], status });
+    }
+    responses
+}
+
+/// Every sample, as frames with distinct request ids and epochs.
+pub(crate) fn sample_frames() -> Vec<Frame> {
+    let mut frames: Vec<Frame> = sample_requests().into_iter().map(|request| Frame::request(0, 0, request)).collect();
+    frames.extend(sample_responses().into_iter().map(|response| Frame::response(0, 0, response)));
+    for (index, frame) in frames.iter_mut().enumerate() {
+        frame.request_id = 0x0a0b_0c0d_0000_0000 + index as u64;
+        frame.epoch = 1000 + index as u64;
+    }
+    frames
+}
+
+pub(crate) fn encode(frame: &Frame) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    frame.encode(&mut bytes);
+    bytes
+}
