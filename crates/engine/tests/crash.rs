@@ -116,7 +116,7 @@ impl ObjectHistory {
     }
 
     /// Checks a page against its candidates, `ops[floor..limit]` (and the baseline without a
-    /// floor); returns the op it came from.
+    /// floor); returns the oldest op it may have come from.
     fn check_page(
         &self,
         object: ObjectId,
@@ -130,8 +130,9 @@ impl ObjectHistory {
             return Ok(None);
         }
         let start = floor.unwrap_or(0);
-        let found =
-            (start..limit).rev().find(|&index| self.ops[index].covers(page) && self.ops[index].content() == content);
+        // The oldest matching candidate: when several ops wrote the same content (zeros, say),
+        // all a read proves is that the page is at least that new.
+        let found = (start..limit).find(|&index| self.ops[index].covers(page) && self.ops[index].content() == content);
         match found {
             Some(index) => Ok(Some(index)),
             None => Err(format!(
