@@ -29,8 +29,14 @@ const PAGE_USIZE: usize = PAGE_SIZE_BYTES as usize;
 /// Largest journal record one group commit writes.
 const RECORD_SIZE_MAX_BYTES: u64 = 4 << 20;
 /// Bounds of one flusher job.
-const FLUSH_JOB_RECORDS_MAX: usize = 256;
-const FLUSH_JOB_COPY_RUNS_MAX: usize = 1024;
+const FLUSH_JOB_RECORDS_MAX: usize = 4096;
+/// Flusher disk requests in flight at once: enough to keep the drive busy, few enough that a
+/// client's journal write does not queue behind hundreds of background copies.
+const FLUSH_IO_DEPTH: usize = 16;
+/// Journal pages the flusher copies are read in ranges: pages at most this far apart share a
+/// read (record headers and pages of superseded writes lie between them).
+const FLUSH_READ_GAP_MAX_BYTES: u64 = 128 * 1024;
+const FLUSH_READ_SIZE_MAX_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone)]
 pub struct FormatOptions {
@@ -138,6 +144,7 @@ struct DirtyObject {
 struct RecordInfo {
     seq: u64,
     offset_bytes: u64,
+    size_bytes: u64,
     objects: Vec<ObjectId>,
 }
 
@@ -222,6 +229,20 @@ enum StateBase {
     Whole(Vec<u32>),
 }
 
+#[derive(Debug, Clone, Copy)]
+struct CopyPage {
+    journal_offset_bytes: u64,
+    target_offset_bytes: u64,
+}
+
+/// One read of a journal range holding `copy_pages[pages]`.
+#[derive(Debug, Clone)]
+struct CopyRead {
+    journal_offset_bytes: u64,
+    length_bytes: u64,
+    pages: std::ops::Range<usize>,
+}
+
 #[derive(PartialEq, Eq, Debug, Clone, Copy)]
 enum FlushPhase {
     Load,
@@ -239,7 +260,11 @@ struct FlushJob {
     freed: Vec<u32>,
     meta_pages: BTreeSet<u32>,
     loads_pending: usize,
-    copy_runs: Vec<(u64, u64, usize)>,
+    /// Pages to copy from the journal into data blocks, in journal order.
+    copy_pages: Vec<CopyPage>,
+    copy_reads: Vec<CopyRead>,
+    next_copy_read: usize,
+    copy_writes: VecDeque<(u64, AlignedBuffer)>,
     ios_pending: usize,
     new_tail: Option<(u64, u64)>,
     /// Reads with a lower id resolved their pages before the job was planned.
@@ -289,6 +314,12 @@ pub struct Engine<D: Disk> {
     /// start there if the newer copy rots, so journal space and blocks are released only once
     /// both copies have moved past them.
     older_copy_tail_seq: u64,
+    /// Bytes of journal records not yet flushed.
+    unflushed_bytes: u64,
+    /// Flush everything now rather than waiting for the journal to fill (`request_flush`).
+    flush_requested: bool,
+    /// The last attempt to seal a record found no journal space.
+    journal_full: bool,
 
     next_read_id: u64,
     reads: HashMap<u64, ReadOp>,
@@ -403,6 +434,9 @@ impl<D: Disk> Engine<D> {
             journal_pins: BTreeMap::new(),
             blocks_awaiting_trim: VecDeque::new(),
             older_copy_tail_seq: superblock.journal_tail_seq,
+            unflushed_bytes: 0,
+            flush_requested: false,
+            journal_full: false,
             next_read_id: 1,
             reads: HashMap::new(),
             meta_cache: MetaCache::new(options.meta_cache_bytes / PAGE_USIZE),
@@ -740,7 +774,9 @@ impl<D: Disk> Engine<D> {
         }
         objects.sort_unstable();
         objects.dedup();
-        self.records.push_back(RecordInfo { seq: header.seq, offset_bytes, objects });
+        let size_bytes = u64::from(header.header_size_bytes) + u64::from(header.data_size_bytes);
+        self.unflushed_bytes += size_bytes;
+        self.records.push_back(RecordInfo { seq: header.seq, offset_bytes, size_bytes, objects });
     }
 
     // -----------------------------------------------------------------------------------------
@@ -785,7 +821,8 @@ impl<D: Disk> Engine<D> {
         let available = u64::from(self.free_blocks.saturating_sub(self.reserved_blocks));
         SpaceStats {
             total_bytes: block_count * object_size,
-            used_bytes: (block_count - u64::from(self.free_blocks)) * object_size,
+            // Blocks promised to journaled writes count as used: they are spoken for.
+            used_bytes: (block_count - available) * object_size,
             free_bytes: available * object_size,
             journal_total_bytes: self.geometry.journal_size_bytes,
             journal_used_bytes: self.journal_used_bytes(),
@@ -888,8 +925,15 @@ impl<D: Disk> Engine<D> {
         }
     }
 
+    /// Asks the flusher to empty the journal now instead of waiting until a good share of it
+    /// is used (call when idle, before a clean shutdown, or to make `open` fast).
+    pub fn request_flush(&mut self) {
+        self.flush_requested = true;
+    }
+
     /// Drives the engine until the flusher has emptied the journal (tests, clean shutdown).
     pub fn flush_journal(&mut self) {
+        self.request_flush();
         let mut out = Vec::new();
         while !self.is_idle() && self.poisoned.is_none() {
             self.poll(&mut out);
@@ -898,6 +942,7 @@ impl<D: Disk> Engine<D> {
             }
             self.wait();
         }
+        self.flush_requested = false;
         assert!(out.is_empty(), "flush_journal() used while requests are in flight");
     }
 
@@ -1254,8 +1299,10 @@ impl<D: Disk> Engine<D> {
                 reserves_block,
             });
         }
+        // Backpressure: with no room for even one entry, writers wait for the flusher to trim.
+        self.journal_full = entries.is_empty() && !self.pending.is_empty();
         if entries.is_empty() {
-            return; // Backpressure: the journal is full until the flusher trims it.
+            return;
         }
         let header_size = RecordHeader::size_bytes_for(&journal_entries);
         let size = u64::from(header_size) + u64::from(data_pages) * PAGE;
@@ -1281,7 +1328,17 @@ impl<D: Disk> Engine<D> {
             size_bytes: size,
             entries,
         });
-        self.submit_io(Io::JournalRecord, DiskOp::WriteFlush, offset, buffer);
+        // A record of small writes and deletes needs only itself durable. One naming whole-object
+        // writes also needs their data blocks durable, which only a flush covers.
+        let has_whole_object_write = self
+            .record_in_flight
+            .as_ref()
+            .expect("set above")
+            .entries
+            .iter()
+            .any(|sealed| matches!(sealed.entry.kind, JournalEntryKind::Big { .. }));
+        let op = if has_whole_object_write { DiskOp::WriteFlush } else { DiskOp::WriteFua };
+        self.submit_io(Io::JournalRecord, op, offset, buffer);
     }
 
     fn on_record_written(&mut self, result: Result<(), DiskError>) {
@@ -1320,7 +1377,13 @@ impl<D: Disk> Engine<D> {
         }
         objects.sort_unstable();
         objects.dedup();
-        self.records.push_back(RecordInfo { seq: record.seq, offset_bytes: record.offset_bytes, objects });
+        self.unflushed_bytes += record.size_bytes;
+        self.records.push_back(RecordInfo {
+            seq: record.seq,
+            offset_bytes: record.offset_bytes,
+            size_bytes: record.size_bytes,
+            objects,
+        });
     }
 
     /// Adds a durable journal entry to its object's committed history.
@@ -1624,15 +1687,39 @@ impl<D: Disk> Engine<D> {
             .unwrap_or((self.journal_head_bytes_after_records(), self.next_record_seq))
     }
 
-    fn maybe_start_flush_job(&mut self) {
+    /// Whether a flusher job should start now. Flushing lazily, once an eighth of the journal
+    /// holds unflushed records, makes jobs large: their flushes and metadata writes are shared
+    /// by thousands of writes instead of a few, and a page overwritten meanwhile is copied once.
+    fn flusher_should_start(&self) -> bool {
         if self.flush_job.is_some() || self.poisoned.is_some() || !self.flusher_has_work() {
+            return false;
+        }
+        let journal_size = self.geometry.journal_size_bytes;
+        self.flush_requested
+            || self.journal_full
+            || self.unflushed_bytes >= journal_size / 8
+            || self.journal_used_bytes() >= journal_size / 2
+    }
+
+    fn maybe_start_flush_job(&mut self) {
+        if self.flush_requested && !self.flusher_has_work() {
+            self.flush_requested = false;
+        }
+        if !self.flusher_should_start() {
             return;
         }
+        let job_bytes_max = self.geometry.journal_size_bytes / 4;
+        let mut job_bytes = 0;
         let records: Vec<(u64, Vec<ObjectId>)> = self
             .records
             .iter()
             .filter(|record| record.seq > self.flushed_seq)
             .take(FLUSH_JOB_RECORDS_MAX)
+            .take_while(|record| {
+                let take = job_bytes == 0 || job_bytes + record.size_bytes <= job_bytes_max;
+                job_bytes += record.size_bytes;
+                take
+            })
             .map(|record| (record.seq, record.objects.clone()))
             .collect();
         let last_seq = records.last().map_or(self.flushed_seq, |(seq, _)| *seq);
@@ -1646,7 +1733,10 @@ impl<D: Disk> Engine<D> {
             freed: Vec::new(),
             meta_pages: BTreeSet::new(),
             loads_pending: 0,
-            copy_runs: Vec::new(),
+            copy_pages: Vec::new(),
+            copy_reads: Vec::new(),
+            next_copy_read: 0,
+            copy_writes: VecDeque::new(),
             ios_pending: 0,
             new_tail: None,
             reads_before: self.next_read_id,
@@ -1785,6 +1875,11 @@ impl<D: Disk> Engine<D> {
                 }
                 return;
             }
+            if job.phase == FlushPhase::Copy && self.copy_remaining() {
+                self.pump_copy();
+                return;
+            }
+            let job = self.flush_job.as_mut().expect("job");
             if job.loads_pending > 0 || job.ios_pending > 0 {
                 return;
             }
@@ -1798,7 +1893,7 @@ impl<D: Disk> Engine<D> {
                 FlushPhase::Copy => {
                     let job = self.flush_job.as_mut().expect("job");
                     job.phase = FlushPhase::Barrier;
-                    if job.copy_runs.is_empty() {
+                    if job.copy_pages.is_empty() {
                         continue;
                     }
                     job.ios_pending += 1;
@@ -1862,40 +1957,78 @@ impl<D: Disk> Engine<D> {
         })
     }
 
-    /// Reads the journal pages the job copies into data blocks.
+    /// Plans the copy of journaled pages into data blocks: the pages in journal order, read in
+    /// merged ranges (`FLUSH_READ_GAP_MAX_BYTES`), written in runs of adjacent pages.
     fn flush_start_copy(&mut self) {
         let mut job = self.flush_job.take().expect("job");
         job.phase = FlushPhase::Copy;
         let g = self.geometry;
-        let mut runs: Vec<(u64, u64, usize)> = Vec::new();
+        let mut pages: Vec<CopyPage> = Vec::new();
         for flush in &job.objects {
             let Some(new) = &flush.new else { continue };
             let block_offset = g.block_offset_bytes(new.block);
             for (&page, &(journal_offset, _)) in &new.updates {
-                let target = block_offset + u64::from(page) * PAGE;
-                if let Some(last) = runs.last_mut() {
-                    if last.0 + last.2 as u64 * PAGE == journal_offset && last.1 + last.2 as u64 * PAGE == target {
-                        last.2 += 1;
-                        continue;
-                    }
-                }
-                runs.push((journal_offset, target, 1));
+                pages.push(CopyPage {
+                    journal_offset_bytes: journal_offset,
+                    target_offset_bytes: block_offset + u64::from(page) * PAGE,
+                });
             }
         }
-        assert!(runs.len() <= FLUSH_JOB_COPY_RUNS_MAX * FLUSH_JOB_RECORDS_MAX * 64);
-        for (index, &(journal_offset, _, pages)) in runs.iter().enumerate() {
-            job.ios_pending += 1;
-            self.ios.insert(self.next_io_id, Io::FlushCopyRead { run: index });
-            self.disk.submit(DiskRequest {
-                id: self.next_io_id,
-                op: DiskOp::Read,
-                offset_bytes: journal_offset,
-                buffer: AlignedBuffer::zeroed(pages * PAGE_USIZE),
+        pages.sort_unstable_by_key(|page| page.journal_offset_bytes);
+        let mut reads: Vec<CopyRead> = Vec::new();
+        for (index, page) in pages.iter().enumerate() {
+            if let Some(read) = reads.last_mut() {
+                let end = read.journal_offset_bytes + read.length_bytes;
+                let merged_end = page.journal_offset_bytes + PAGE;
+                if page.journal_offset_bytes >= end
+                    && page.journal_offset_bytes - end <= FLUSH_READ_GAP_MAX_BYTES
+                    && merged_end - read.journal_offset_bytes <= FLUSH_READ_SIZE_MAX_BYTES
+                {
+                    read.length_bytes = merged_end - read.journal_offset_bytes;
+                    read.pages.end = index + 1;
+                    continue;
+                }
+            }
+            reads.push(CopyRead {
+                journal_offset_bytes: page.journal_offset_bytes,
+                length_bytes: PAGE,
+                pages: index..index + 1,
             });
-            self.next_io_id += 1;
         }
-        job.copy_runs = runs;
+        job.copy_pages = pages;
+        job.copy_reads = reads;
         self.flush_job = Some(job);
+        self.pump_copy();
+    }
+
+    /// Keeps up to `FLUSH_IO_DEPTH` copy requests in flight, writes before further reads.
+    fn pump_copy(&mut self) {
+        loop {
+            let job = self.flush_job.as_mut().expect("job");
+            if job.phase != FlushPhase::Copy || job.ios_pending >= FLUSH_IO_DEPTH || self.poisoned.is_some() {
+                return;
+            }
+            if let Some((target, buffer)) = job.copy_writes.pop_front() {
+                job.ios_pending += 1;
+                self.submit_io(Io::FlushCopyWrite, DiskOp::Write, target, buffer);
+                continue;
+            }
+            if job.next_copy_read < job.copy_reads.len() {
+                let index = job.next_copy_read;
+                job.next_copy_read += 1;
+                job.ios_pending += 1;
+                let read = &job.copy_reads[index];
+                let (offset, length) = (read.journal_offset_bytes, read.length_bytes as usize);
+                self.submit_io(Io::FlushCopyRead { run: index }, DiskOp::Read, offset, AlignedBuffer::zeroed(length));
+                continue;
+            }
+            return;
+        }
+    }
+
+    fn copy_remaining(&self) -> bool {
+        let job = self.flush_job.as_ref().expect("job");
+        job.next_copy_read < job.copy_reads.len() || !job.copy_writes.is_empty()
     }
 
     fn on_flush_copy_read(&mut self, run: usize, buffer: AlignedBuffer, result: Result<(), DiskError>) {
@@ -1904,9 +2037,29 @@ impl<D: Disk> Engine<D> {
         if let Err(error) = result {
             return self.poison(format!("flusher read of the journal failed: {error}"));
         }
-        let target = job.copy_runs[run].1;
-        job.ios_pending += 1;
-        self.submit_io(Io::FlushCopyWrite, DiskOp::Write, target, buffer);
+        let read = job.copy_reads[run].clone();
+        let pages = &job.copy_pages[read.pages];
+        // Runs of pages adjacent both in the journal and in the target block become one write.
+        let mut first = 0;
+        while first < pages.len() {
+            let mut count = 1;
+            while first + count < pages.len() {
+                let (previous, next) = (&pages[first + count - 1], &pages[first + count]);
+                if next.journal_offset_bytes != previous.journal_offset_bytes + PAGE
+                    || next.target_offset_bytes != previous.target_offset_bytes + PAGE
+                {
+                    break;
+                }
+                count += 1;
+            }
+            let at = (pages[first].journal_offset_bytes - read.journal_offset_bytes) as usize;
+            let bytes = &buffer[at..at + count * PAGE_USIZE];
+            let write = if count * PAGE_USIZE == buffer.len() { None } else { Some(AlignedBuffer::from_slice(bytes)) };
+            let target = pages[first].target_offset_bytes;
+            job.copy_writes.push_back((target, write.unwrap_or_else(|| buffer.clone())));
+            first += count;
+        }
+        self.pump_copy();
     }
 
     /// Writes the new metadata entries of every object the job flushes.
@@ -2006,6 +2159,13 @@ impl<D: Disk> Engine<D> {
         for page in std::mem::take(&mut job.meta_pages) {
             self.meta_cache.unpin(page);
         }
+        let flushed_bytes: u64 = self
+            .records
+            .iter()
+            .filter(|record| record.seq > self.flushed_seq && record.seq <= job.last_seq)
+            .map(|record| record.size_bytes)
+            .sum();
+        self.unflushed_bytes -= flushed_bytes;
         self.flushed_seq = job.last_seq;
         let tail = self.next_tail();
         if tail.1 == self.superblock.journal_tail_seq && self.older_copy_tail_seq == tail.1 {

@@ -58,10 +58,7 @@ pub enum OpenDiskError {
          between 512 and {BUFFER_ALIGNMENT_BYTES}",
         .path.display()
     )]
-    SectorSizeUnsupported {
-        path: PathBuf,
-        sector_size_bytes: u64,
-    },
+    SectorSizeUnsupported { path: PathBuf, sector_size_bytes: u64 },
     #[error("no space left to allocate size_bytes={size_bytes} for disk {}", .path.display())]
     NoSpace { path: PathBuf, size_bytes: u64 },
     #[error("queue_depth={queue_depth} is outside 2..=32768")]
@@ -106,25 +103,16 @@ pub(crate) fn open_direct(path: &Path) -> Result<OpenedDisk, OpenDiskError> {
         .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
         .open(path)
         .map_err(|source| open_error(path, source))?;
-    let metadata = file.metadata().map_err(|source| OpenDiskError::Io {
-        path: path.to_owned(),
-        operation: "fstat",
-        source,
-    })?;
+    let metadata =
+        file.metadata().map_err(|source| OpenDiskError::Io { path: path.to_owned(), operation: "fstat", source })?;
     let file_type = metadata.file_type();
     if file_type.is_file() {
         let sector_size_bytes = u64::from(FILE_SECTOR_SIZE_BYTES);
         let size_bytes = metadata.len() / sector_size_bytes * sector_size_bytes;
-        return Ok(OpenedDisk {
-            file,
-            size_bytes,
-            sector_size_bytes: FILE_SECTOR_SIZE_BYTES,
-        });
+        return Ok(OpenedDisk { file, size_bytes, sector_size_bytes: FILE_SECTOR_SIZE_BYTES });
     }
     if !file_type.is_block_device() {
-        return Err(OpenDiskError::NotFileOrBlockDevice {
-            path: path.to_owned(),
-        });
+        return Err(OpenDiskError::NotFileOrBlockDevice { path: path.to_owned() });
     }
 
     let mut size_bytes: u64 = 0;
@@ -141,13 +129,7 @@ pub(crate) fn open_direct(path: &Path) -> Result<OpenedDisk, OpenDiskError> {
     let mut sector_size: libc::c_int = 0;
     // SAFETY: BLKSSZGET writes one int through the pointer, which points at a live local, and
     // the descriptor is open for the duration of the call.
-    let rc = unsafe {
-        libc::ioctl(
-            file.as_raw_fd(),
-            libc::BLKSSZGET,
-            &mut sector_size as *mut libc::c_int,
-        )
-    };
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::BLKSSZGET, &mut sector_size as *mut libc::c_int) };
     if rc != 0 {
         return Err(OpenDiskError::Io {
             path: path.to_owned(),
@@ -166,11 +148,7 @@ pub(crate) fn open_direct(path: &Path) -> Result<OpenedDisk, OpenDiskError> {
         }
     };
     assert!(sector_size_bytes as usize <= BUFFER_ALIGNMENT_BYTES);
-    Ok(OpenedDisk {
-        file,
-        size_bytes,
-        sector_size_bytes,
-    })
+    Ok(OpenedDisk { file, size_bytes, sector_size_bytes })
 }
 
 /// Creates the regular file `path` if it is missing and allocates its first `size_bytes` with
@@ -185,15 +163,10 @@ pub(crate) fn create_file(path: &Path, size_bytes: u64) -> Result<(), OpenDiskEr
         .custom_flags(libc::O_CLOEXEC)
         .open(path)
         .map_err(|source| open_error(path, source))?;
-    let metadata = file.metadata().map_err(|source| OpenDiskError::Io {
-        path: path.to_owned(),
-        operation: "fstat",
-        source,
-    })?;
+    let metadata =
+        file.metadata().map_err(|source| OpenDiskError::Io { path: path.to_owned(), operation: "fstat", source })?;
     if !metadata.file_type().is_file() {
-        return Err(OpenDiskError::NotRegularFile {
-            path: path.to_owned(),
-        });
+        return Err(OpenDiskError::NotRegularFile { path: path.to_owned() });
     }
     if size_bytes == 0 {
         // fallocate rejects an empty range, and there is nothing to allocate.
@@ -215,27 +188,12 @@ pub(crate) fn create_file(path: &Path, size_bytes: u64) -> Result<(), OpenDiskEr
         let source = io::Error::last_os_error();
         match source.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::ENOSPC) => {
-                return Err(OpenDiskError::NoSpace {
-                    path: path.to_owned(),
-                    size_bytes,
-                })
-            }
-            _ => {
-                return Err(OpenDiskError::Io {
-                    path: path.to_owned(),
-                    operation: "fallocate",
-                    source,
-                })
-            }
+            Some(libc::ENOSPC) => return Err(OpenDiskError::NoSpace { path: path.to_owned(), size_bytes }),
+            _ => return Err(OpenDiskError::Io { path: path.to_owned(), operation: "fallocate", source }),
         }
     }
     // The new length is metadata: make it durable before anyone relies on the file.
-    file.sync_all().map_err(|source| OpenDiskError::Io {
-        path: path.to_owned(),
-        operation: "fsync",
-        source,
-    })
+    file.sync_all().map_err(|source| OpenDiskError::Io { path: path.to_owned(), operation: "fsync", source })
 }
 
 fn open_error(path: &Path, source: io::Error) -> OpenDiskError {
@@ -247,10 +205,6 @@ fn open_error(path: &Path, source: io::Error) -> OpenDiskError {
         Some(libc::EISDIR) => OpenDiskError::NotFileOrBlockDevice { path },
         // open(2) reports EINVAL when the filesystem does not support O_DIRECT.
         Some(libc::EINVAL) => OpenDiskError::DirectIoUnsupported { path },
-        _ => OpenDiskError::Io {
-            path,
-            operation: "open",
-            source,
-        },
+        _ => OpenDiskError::Io { path, operation: "open", source },
     }
 }

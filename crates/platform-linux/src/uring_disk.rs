@@ -40,10 +40,7 @@ pub struct UringOptions {
 
 impl Default for UringOptions {
     fn default() -> UringOptions {
-        UringOptions {
-            queue_depth: 256,
-            spin_before_wait_us: 0,
-        }
+        UringOptions { queue_depth: 256, spin_before_wait_us: 0 }
     }
 }
 
@@ -80,12 +77,10 @@ impl Round {
         let size_bytes = remaining_bytes.min(ROUND_SIZE_BYTES_MAX);
         let size_bytes = u32::try_from(size_bytes).expect("round size fits in u32");
         match op {
-            DiskOp::Read | DiskOp::Write => Round::Transfer { size_bytes },
+            DiskOp::Read | DiskOp::Write | DiskOp::WriteFua => Round::Transfer { size_bytes },
             DiskOp::Flush => Round::Flush,
             // The flush goes with the last part of the write.
-            DiskOp::WriteFlush if remaining_bytes > ROUND_SIZE_BYTES_MAX => {
-                Round::Transfer { size_bytes }
-            }
+            DiskOp::WriteFlush if remaining_bytes > ROUND_SIZE_BYTES_MAX => Round::Transfer { size_bytes },
             DiskOp::WriteFlush => Round::TransferThenFlush { size_bytes },
         }
     }
@@ -162,35 +157,24 @@ impl UringDisk {
     /// sectors and its length rounded down to whole sectors.
     pub fn open(path: &Path, options: UringOptions) -> Result<UringDisk, OpenDiskError> {
         if !(QUEUE_DEPTH_MIN..=QUEUE_DEPTH_MAX).contains(&options.queue_depth) {
-            return Err(OpenDiskError::InvalidQueueDepth {
-                queue_depth: options.queue_depth,
-            });
+            return Err(OpenDiskError::InvalidQueueDepth { queue_depth: options.queue_depth });
         }
         let opened = open::open_direct(path)?;
         let ring = IoUring::builder()
             .build(options.queue_depth)
-            .map_err(|source| OpenDiskError::RingSetup {
-                path: path.to_owned(),
-                source,
-            })?;
+            .map_err(|source| OpenDiskError::RingSetup { path: path.to_owned(), source })?;
 
         let mut probe = Probe::new();
         ring.submitter()
             .register_probe(&mut probe)
-            .map_err(|source| OpenDiskError::RingSetup {
-                path: path.to_owned(),
-                source,
-            })?;
+            .map_err(|source| OpenDiskError::RingSetup { path: path.to_owned(), source })?;
         for (code, name) in [
             (opcode::Read::CODE, "IORING_OP_READ"),
             (opcode::Write::CODE, "IORING_OP_WRITE"),
             (opcode::Fsync::CODE, "IORING_OP_FSYNC"),
         ] {
             if !probe.is_supported(code) {
-                return Err(OpenDiskError::RingOpcodeUnsupported {
-                    path: path.to_owned(),
-                    opcode: name,
-                });
+                return Err(OpenDiskError::RingOpcodeUnsupported { path: path.to_owned(), opcode: name });
             }
         }
 
@@ -239,10 +223,7 @@ impl UringDisk {
         }
         let slot_index = self.slots.len();
         assert!(slot_index <= SLOT_INDEX_MAX);
-        self.slots.push(Slot {
-            generation: 0,
-            in_flight: Some(in_flight),
-        });
+        self.slots.push(Slot { generation: 0, in_flight: Some(in_flight) });
         slot_index
     }
 
@@ -257,13 +238,8 @@ impl UringDisk {
             if self.kernel_sqe_count + sqe_count > self.kernel_sqe_count_max {
                 break;
             }
-            let (first, linked) = round_entries(
-                fd,
-                slot.generation,
-                slot_index,
-                in_flight,
-                self.skip_write_success_cqe,
-            );
+            let (first, linked) =
+                round_entries(fd, slot.generation, slot_index, in_flight, self.skip_write_success_cqe);
             let mut sq = self.ring.submission();
             // Every SQE in the ring is counted in `kernel_sqe_count`, and the budget is the ring's
             // capacity, so there is room.
@@ -302,10 +278,7 @@ impl UringDisk {
                     // The completion ring is overflowing or the kernel is short of memory: make
                     // room by moving completions out.
                     Some(libc::EBUSY | libc::EAGAIN) => cqe_count += self.drain_cq(),
-                    _ => panic!(
-                        "io_uring_enter failed for disk {}: {error}",
-                        self.path.display()
-                    ),
+                    _ => panic!("io_uring_enter failed for disk {}: {error}", self.path.display()),
                 },
             }
             if cq_overflow {
@@ -322,11 +295,7 @@ impl UringDisk {
     fn drain_cq(&mut self) -> usize {
         let mut scratch = std::mem::take(&mut self.cqe_scratch);
         scratch.clear();
-        scratch.extend(
-            self.ring
-                .completion()
-                .map(|cqe| (cqe.user_data(), cqe.result())),
-        );
+        scratch.extend(self.ring.completion().map(|cqe| (cqe.user_data(), cqe.result())));
         for &(user_data, result) in &scratch {
             self.on_cqe(user_data, result);
         }
@@ -337,8 +306,7 @@ impl UringDisk {
 
     fn on_cqe(&mut self, user_data: u64, result: i32) {
         let part = user_data & 1;
-        let slot_index = usize::try_from((user_data >> 1) & SLOT_INDEX_MAX as u64)
-            .expect("slot index fits in usize");
+        let slot_index = usize::try_from((user_data >> 1) & SLOT_INDEX_MAX as u64).expect("slot index fits in usize");
         let generation = u32::try_from(user_data >> 32).expect("generation fits in u32");
         let slot = &mut self.slots[slot_index];
         if slot.generation != generation {
@@ -347,10 +315,7 @@ impl UringDisk {
             self.stale_cqe_count += 1;
             return;
         }
-        let in_flight = slot
-            .in_flight
-            .as_mut()
-            .expect("a slot with a current round is live");
+        let in_flight = slot.in_flight.as_mut().expect("a slot with a current round is live");
         if part == PART_FIRST {
             assert!(in_flight.first_result.is_none());
             in_flight.first_result = Some(result);
@@ -423,22 +388,20 @@ fn round_entries(
         let end_bytes = done_bytes + size_bytes as usize;
         let target = buffer[done_bytes..end_bytes].as_mut_ptr();
         match op {
-            DiskOp::Read => opcode::Read::new(fd, target, size_bytes)
-                .offset(offset_bytes)
-                .build(),
+            DiskOp::Read => opcode::Read::new(fd, target, size_bytes).offset(offset_bytes).build(),
             DiskOp::Write | DiskOp::WriteFlush => {
-                opcode::Write::new(fd, target.cast_const(), size_bytes)
-                    .offset(offset_bytes)
-                    .build()
+                opcode::Write::new(fd, target.cast_const(), size_bytes).offset(offset_bytes).build()
             }
+            // RWF_DSYNC: the kernel makes the write durable before completing it (FUA where the
+            // device has it, else a cache flush), inline rather than through an io-wq worker.
+            DiskOp::WriteFua => opcode::Write::new(fd, target.cast_const(), size_bytes)
+                .offset(offset_bytes)
+                .rw_flags(libc::RWF_DSYNC)
+                .build(),
             DiskOp::Flush => unreachable!("a flush transfers nothing"),
         }
     };
-    let fsync = || {
-        opcode::Fsync::new(fd)
-            .flags(types::FsyncFlags::DATASYNC)
-            .build()
-    };
+    let fsync = || opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build();
     match in_flight.round {
         Round::Transfer { size_bytes } => {
             let entry = transfer(size_bytes, &mut in_flight.request.buffer);
@@ -472,9 +435,7 @@ fn round_ended(in_flight: &InFlight, skip_write_success_cqe: bool) -> bool {
                 (None, Some(flush)) => skip_write_success_cqe && flush != -libc::ECANCELED,
                 // With CQE skipping, a failed or short write posts its CQE and the kernel skips
                 // the CQE of the fsync it cancels.
-                (Some(write), None) => {
-                    skip_write_success_cqe && i64::from(write) != i64::from(size_bytes)
-                }
+                (Some(write), None) => skip_write_success_cqe && i64::from(write) != i64::from(size_bytes),
             }
         }
     }
@@ -493,9 +454,7 @@ fn round_step(in_flight: &mut InFlight, sector_size_bytes: u32) -> Step {
         Round::TransferThenFlush { size_bytes } => (size_bytes, true),
     };
     // With CQE skipping, a write that posted nothing transferred everything.
-    let transferred = in_flight
-        .first_result
-        .map_or(i64::from(size_bytes), i64::from);
+    let transferred = in_flight.first_result.map_or(i64::from(size_bytes), i64::from);
     let Ok(transferred_bytes) = u64::try_from(transferred) else {
         // The write's error, not the -ECANCELED of the fsync linked behind it.
         let errno = i32::try_from(-transferred).expect("errno fits in i32");
@@ -511,10 +470,7 @@ fn round_step(in_flight: &mut InFlight, sector_size_bytes: u32) -> Step {
         // A short transfer continues after the part that was done while that stays aligned. A
         // read that reaches the end of a regular file ends here, when the next round reads 0.
         if transferred_bytes > 0 && in_flight.done_bytes % u64::from(sector_size_bytes) == 0 {
-            start_round(
-                in_flight,
-                Round::plan(in_flight.request.op, remaining_bytes),
-            );
+            start_round(in_flight, Round::plan(in_flight.request.op, remaining_bytes));
             return Step::Continue;
         }
         return Step::Finish(Err(DiskError::Short {
@@ -525,16 +481,11 @@ fn round_step(in_flight: &mut InFlight, sector_size_bytes: u32) -> Step {
     }
     if linked_flush {
         assert_eq!(remaining_bytes, 0);
-        let flush = in_flight
-            .flush_result
-            .expect("a complete write's fsync has posted its CQE");
+        let flush = in_flight.flush_result.expect("a complete write's fsync has posted its CQE");
         return Step::Finish(errno_result(flush, request_offset_bytes));
     }
     if remaining_bytes > 0 {
-        start_round(
-            in_flight,
-            Round::plan(in_flight.request.op, remaining_bytes),
-        );
+        start_round(in_flight, Round::plan(in_flight.request.op, remaining_bytes));
         return Step::Continue;
     }
     // The last round of a `WriteFlush` always carries the fsync.
@@ -561,18 +512,12 @@ fn disk_error(errno: i32, offset_bytes: u64) -> DiskError {
     match errno {
         libc::ENOSPC => DiskError::NoSpace { offset_bytes },
         libc::ECANCELED => DiskError::Canceled,
-        _ => DiskError::Io {
-            errno,
-            offset_bytes,
-        },
+        _ => DiskError::Io { errno, offset_bytes },
     }
 }
 
 fn is_retryable(error: &io::Error) -> bool {
-    matches!(
-        error.raw_os_error(),
-        Some(libc::EINTR | libc::EBUSY | libc::EAGAIN)
-    )
+    matches!(error.raw_os_error(), Some(libc::EINTR | libc::EBUSY | libc::EAGAIN))
 }
 
 impl Disk for UringDisk {
@@ -586,13 +531,7 @@ impl Disk for UringDisk {
 
     fn submit(&mut self, request: DiskRequest) {
         let round = Round::plan(request.op, request.buffer.len() as u64);
-        let in_flight = InFlight {
-            request,
-            done_bytes: 0,
-            round,
-            first_result: None,
-            flush_result: None,
-        };
+        let in_flight = InFlight { request, done_bytes: 0, round, first_result: None, flush_result: None };
         let slot_index = self.slot_allocate(in_flight);
         self.pending.push_back(slot_index);
         self.fill_sq();
@@ -632,10 +571,7 @@ impl Disk for UringDisk {
             self.wait_block_count += 1;
             if let Err(error) = self.ring.submitter().submit_and_wait(1) {
                 if !is_retryable(&error) {
-                    panic!(
-                        "io_uring_enter failed for disk {}: {error}",
-                        self.path.display()
-                    );
+                    panic!("io_uring_enter failed for disk {}: {error}", self.path.display());
                 }
             }
             self.drain_cq();
@@ -718,10 +654,7 @@ mod tests {
     }
 
     fn options(queue_depth: u32, spin_before_wait_us: u32) -> UringOptions {
-        UringOptions {
-            queue_depth,
-            spin_before_wait_us,
-        }
+        UringOptions { queue_depth, spin_before_wait_us }
     }
 
     /// A byte pattern that differs per request and per position.
@@ -741,18 +674,8 @@ mod tests {
     /// completion carries back its own id, op, offset and buffer allocation, and returns the
     /// completions ordered by id.
     fn run(disk: &mut UringDisk, requests: Vec<DiskRequest>) -> Vec<DiskCompletion> {
-        let expected: Vec<(u64, DiskOp, u64, usize, *const u8)> = requests
-            .iter()
-            .map(|r| {
-                (
-                    r.id,
-                    r.op,
-                    r.offset_bytes,
-                    r.buffer.len(),
-                    r.buffer.as_ptr(),
-                )
-            })
-            .collect();
+        let expected: Vec<(u64, DiskOp, u64, usize, *const u8)> =
+            requests.iter().map(|r| (r.id, r.op, r.offset_bytes, r.buffer.len(), r.buffer.as_ptr())).collect();
         let count = requests.len();
         let in_flight_before = disk.in_flight_count();
         for request in requests {
@@ -771,9 +694,7 @@ mod tests {
         completions.sort_by_key(|c| c.id);
         let mut expected = expected;
         expected.sort_by_key(|e| e.0);
-        for (completion, (id, op, offset_bytes, size_bytes, ptr)) in
-            completions.iter().zip(expected)
-        {
+        for (completion, (id, op, offset_bytes, size_bytes, ptr)) in completions.iter().zip(expected) {
             assert_eq!(completion.id, id);
             assert_eq!(completion.op, op);
             assert_eq!(completion.offset_bytes, offset_bytes);
@@ -784,12 +705,7 @@ mod tests {
     }
 
     fn request(id: u64, op: DiskOp, offset_bytes: u64, buffer: AlignedBuffer) -> DiskRequest {
-        DiskRequest {
-            id,
-            op,
-            offset_bytes,
-            buffer,
-        }
+        DiskRequest { id, op, offset_bytes, buffer }
     }
 
     /// Writes 64 requests of mixed sizes at once, reads them back at once, and compares.
@@ -798,8 +714,8 @@ mod tests {
         let request_count = 64;
         // Each request gets its own 1 MiB region, at an offset inside it that depends on the id.
         let file = TempFile::new("write-read", (request_count * MIB) as u64);
-        let mut disk = UringDisk::open(&file.path, options(queue_depth, spin_before_wait_us))
-            .expect("open the test file");
+        let mut disk =
+            UringDisk::open(&file.path, options(queue_depth, spin_before_wait_us)).expect("open the test file");
         assert_eq!(disk.sector_size_bytes(), 4096);
         assert_eq!(disk.size_bytes(), (request_count * MIB) as u64);
 
@@ -815,37 +731,23 @@ mod tests {
 
         let writes = layout
             .iter()
-            .map(|&(id, offset_bytes, size_bytes)| {
-                request(id, DiskOp::Write, offset_bytes, pattern(id, size_bytes))
-            })
+            .map(|&(id, offset_bytes, size_bytes)| request(id, DiskOp::Write, offset_bytes, pattern(id, size_bytes)))
             .collect();
         for completion in run(&mut disk, writes) {
             assert_eq!(completion.result, Ok(()), "write id={}", completion.id);
-            assert_eq!(
-                completion.buffer.as_slice(),
-                pattern(completion.id, completion.buffer.len()).as_slice()
-            );
+            assert_eq!(completion.buffer.as_slice(), pattern(completion.id, completion.buffer.len()).as_slice());
         }
 
         let reads = layout
             .iter()
             .map(|&(id, offset_bytes, size_bytes)| {
-                request(
-                    id,
-                    DiskOp::Read,
-                    offset_bytes,
-                    AlignedBuffer::zeroed(size_bytes),
-                )
+                request(id, DiskOp::Read, offset_bytes, AlignedBuffer::zeroed(size_bytes))
             })
             .collect();
         for completion in run(&mut disk, reads) {
             assert_eq!(completion.result, Ok(()), "read id={}", completion.id);
             let expected = pattern(completion.id, completion.buffer.len());
-            assert!(
-                completion.buffer.as_slice() == expected.as_slice(),
-                "read id={}",
-                completion.id
-            );
+            assert!(completion.buffer.as_slice() == expected.as_slice(), "read id={}", completion.id);
         }
         disk
     }
@@ -885,12 +787,7 @@ mod tests {
         let mut requests: Vec<DiskRequest> = (0..32u64)
             .map(|id| {
                 let size_bytes = if id % 2 == 0 { 4 * KIB } else { 64 * KIB };
-                request(
-                    id,
-                    DiskOp::WriteFlush,
-                    id * 128 * KIB as u64,
-                    pattern(id, size_bytes),
-                )
+                request(id, DiskOp::WriteFlush, id * 128 * KIB as u64, pattern(id, size_bytes))
             })
             .collect();
         requests.push(request(32, DiskOp::Flush, 0, AlignedBuffer::empty()));
@@ -902,21 +799,34 @@ mod tests {
         let reads = (0..32u64)
             .map(|id| {
                 let size_bytes = if id % 2 == 0 { 4 * KIB } else { 64 * KIB };
-                request(
-                    id,
-                    DiskOp::Read,
-                    id * 128 * KIB as u64,
-                    AlignedBuffer::zeroed(size_bytes),
-                )
+                request(id, DiskOp::Read, id * 128 * KIB as u64, AlignedBuffer::zeroed(size_bytes))
             })
             .collect();
         for completion in run(&mut disk, reads) {
             assert_eq!(completion.result, Ok(()));
-            assert!(
-                completion.buffer.as_slice()
-                    == pattern(completion.id, completion.buffer.len()).as_slice()
-            );
+            assert!(completion.buffer.as_slice() == pattern(completion.id, completion.buffer.len()).as_slice());
         }
+    }
+
+    #[test]
+    fn forced_unit_access_writes_complete_and_read_back() {
+        let file = TempFile::new("write-fua", 4 * MIB as u64);
+        let mut disk = UringDisk::open(&file.path, UringOptions::default()).expect("open");
+        let writes =
+            (0..16u64).map(|id| request(id, DiskOp::WriteFua, id * 64 * KIB as u64, pattern(id, 8 * KIB))).collect();
+        for completion in run(&mut disk, writes) {
+            assert_eq!(completion.result, Ok(()), "id={}", completion.id);
+        }
+        let reads = (0..16u64)
+            .map(|id| request(id, DiskOp::Read, id * 64 * KIB as u64, AlignedBuffer::zeroed(8 * KIB)))
+            .collect();
+        for completion in run(&mut disk, reads) {
+            assert_eq!(completion.result, Ok(()));
+            assert!(completion.buffer.as_slice() == pattern(completion.id, 8 * KIB).as_slice());
+        }
+        // A misaligned forced write fails like any write, and the disk keeps working.
+        let completions = run(&mut disk, vec![request(20, DiskOp::WriteFua, 100, pattern(20, 4096))]);
+        assert_eq!(completions[0].result, Err(DiskError::Io { errno: libc::EINVAL, offset_bytes: 100 }));
     }
 
     /// Opens `path` and, when `skip_write_success_cqe` is false, makes the disk handle both CQEs
@@ -930,12 +840,7 @@ mod tests {
     fn check_misaligned_writes_fail(skip_write_success_cqe: bool) {
         let file = TempFile::new("misaligned", MIB as u64);
         let mut disk = open_with_skip(&file.path, skip_write_success_cqe);
-        let einval = |offset_bytes| {
-            Err(DiskError::Io {
-                errno: libc::EINVAL,
-                offset_bytes,
-            })
-        };
+        let einval = |offset_bytes| Err(DiskError::Io { errno: libc::EINVAL, offset_bytes });
         // A length that is not a multiple of any sector size, and an offset that is not aligned
         // either. Reads are left out: ext4 serves misaligned direct reads through the page cache.
         let completions = run(
@@ -963,10 +868,7 @@ mod tests {
             ],
         );
         assert!(completions.iter().all(|c| c.result.is_ok()));
-        let completions = run(
-            &mut disk,
-            vec![request(7, DiskOp::Read, 4096, AlignedBuffer::zeroed(4096))],
-        );
+        let completions = run(&mut disk, vec![request(7, DiskOp::Read, 4096, AlignedBuffer::zeroed(4096))]);
         assert_eq!(completions[0].result, Ok(()));
         assert!(completions[0].buffer.as_slice() == pattern(5, 4096).as_slice());
         assert_eq!(disk.kernel_sqe_count, 0);
@@ -991,35 +893,17 @@ mod tests {
             &mut disk,
             vec![
                 request(1, DiskOp::Read, end_bytes, AlignedBuffer::zeroed(4096)),
-                request(
-                    2,
-                    DiskOp::Read,
-                    end_bytes - 4096,
-                    AlignedBuffer::zeroed(16384),
-                ),
-                request(
-                    3,
-                    DiskOp::Read,
-                    end_bytes - 4096,
-                    AlignedBuffer::zeroed(4096),
-                ),
+                request(2, DiskOp::Read, end_bytes - 4096, AlignedBuffer::zeroed(16384)),
+                request(3, DiskOp::Read, end_bytes - 4096, AlignedBuffer::zeroed(4096)),
             ],
         );
         assert_eq!(
             completions[0].result,
-            Err(DiskError::Short {
-                offset_bytes: end_bytes,
-                done_bytes: 0,
-                expected_bytes: 4096
-            })
+            Err(DiskError::Short { offset_bytes: end_bytes, done_bytes: 0, expected_bytes: 4096 })
         );
         assert_eq!(
             completions[1].result,
-            Err(DiskError::Short {
-                offset_bytes: end_bytes - 4096,
-                done_bytes: 4096,
-                expected_bytes: 16384
-            })
+            Err(DiskError::Short { offset_bytes: end_bytes - 4096, done_bytes: 4096, expected_bytes: 16384 })
         );
         assert_eq!(completions[2].result, Ok(()));
     }
@@ -1050,17 +934,8 @@ mod tests {
         let file = TempFile::new("drop", 8 * MIB as u64);
         let mut disk = UringDisk::open(&file.path, options(16, 0)).expect("open");
         for id in 0..64u64 {
-            let op = if id % 3 == 0 {
-                DiskOp::WriteFlush
-            } else {
-                DiskOp::Read
-            };
-            disk.submit(request(
-                id,
-                op,
-                id * 128 * KIB as u64,
-                pattern(id, 128 * KIB),
-            ));
+            let op = if id % 3 == 0 { DiskOp::WriteFlush } else { DiskOp::Read };
+            disk.submit(request(id, op, id * 128 * KIB as u64, pattern(id, 128 * KIB)));
         }
         let mut completions = Vec::new();
         disk.reap(&mut completions);
@@ -1076,17 +951,11 @@ mod tests {
 
         let directory = std::env::temp_dir();
         let error = UringDisk::open(&directory, UringOptions::default()).unwrap_err();
-        assert!(
-            matches!(error, OpenDiskError::NotFileOrBlockDevice { .. }),
-            "{error}"
-        );
+        assert!(matches!(error, OpenDiskError::NotFileOrBlockDevice { .. }), "{error}");
 
         let file = TempFile::new("options", MIB as u64);
         let error = UringDisk::open(&file.path, options(1, 0)).unwrap_err();
-        assert!(
-            matches!(error, OpenDiskError::InvalidQueueDepth { queue_depth: 1 }),
-            "{error}"
-        );
+        assert!(matches!(error, OpenDiskError::InvalidQueueDepth { queue_depth: 1 }), "{error}");
     }
 
     #[test]

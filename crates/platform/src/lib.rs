@@ -22,6 +22,10 @@ pub enum DiskOp {
     /// Makes every write that completed before the flush was submitted durable. The buffer is
     /// empty.
     Flush,
+    /// Writes the buffer; on completion this write, and only this one, is durable (forced unit
+    /// access). Where the device or the kernel completes it inline this avoids the thread
+    /// hand-off an fsync costs in io_uring, which is most of a small durable write's latency.
+    WriteFua,
 }
 
 /// One queued request. The buffer travels with it and comes back in the completion, on success

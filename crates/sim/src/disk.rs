@@ -53,11 +53,7 @@ pub struct SimDiskFaults {
 
 impl SimDiskFaults {
     fn assert_valid(&self) {
-        for probability in [
-            self.read_error_probability,
-            self.write_error_probability,
-            self.flush_error_probability,
-        ] {
+        for probability in [self.read_error_probability, self.write_error_probability, self.flush_error_probability] {
             assert!(probability >= 0.0, "probability={probability}");
             assert!(probability <= 1.0, "probability={probability}");
         }
@@ -149,7 +145,7 @@ pub struct SimDisk {
     completion_count: u64,
     /// Successful writes, also the sequence number of the next one.
     completed_write_count: u64,
-    /// Successful flushes, `WriteFlush` included.
+    /// Successful flushes, `WriteFlush` and `WriteFua` included.
     completed_flush_count: u64,
     crash_count: u64,
 }
@@ -243,7 +239,7 @@ impl SimDisk {
         self.fail_next_writes_count = count;
     }
 
-    /// The next `count` flushes (`Flush`, and the flush half of `WriteFlush`) to complete fail
+    /// The next `count` flushes (`Flush`, the flush half of `WriteFlush`, and `WriteFua`) to complete fail
     /// with `DiskError::Io { errno: 5 }` and make nothing durable.
     pub fn fail_next_flushes(&mut self, count: u32) {
         self.fail_next_flushes_count = count;
@@ -260,7 +256,7 @@ impl SimDisk {
         self.completions_until_freeze = Some(count);
     }
 
-    /// Freezes right after the `count`-th successful flush (`Flush` or `WriteFlush`) from now
+    /// Freezes right after the `count`-th successful flush (`Flush`, `WriteFlush` or `WriteFua`) from now
     /// completes. A `count` of zero freezes at once. Crashing then, for every `count` up to the
     /// number of flushes a workload issues, crashes it "at every flush index".
     pub fn freeze_after_flushes(&mut self, count: u64) {
@@ -318,10 +314,7 @@ impl SimDisk {
 
     /// Inverts one bit at rest, in what reads see and in what survives a crash alike.
     pub fn flip_bit(&mut self, offset_bytes: u64, bit_index: u8) {
-        assert!(
-            offset_bytes < self.options.size_bytes,
-            "offset_bytes={offset_bytes}"
-        );
+        assert!(offset_bytes < self.options.size_bytes, "offset_bytes={offset_bytes}");
         assert!(bit_index < 8, "bit_index={bit_index}");
         let mask = 1u8 << bit_index;
         self.written.xor_byte(offset_bytes, mask);
@@ -339,19 +332,10 @@ impl SimDisk {
     /// Inverts `count` distinct bits chosen by `seed` within `range_bytes`, as
     /// [`SimDisk::flip_bit`] does. Uses its own generator, so it does not disturb the disk's.
     pub fn flip_random_bits_in(&mut self, range_bytes: Range<u64>, count: usize, seed: u64) {
-        assert!(
-            range_bytes.start < range_bytes.end,
-            "range_bytes={range_bytes:?}"
-        );
-        assert!(
-            range_bytes.end <= self.options.size_bytes,
-            "range_bytes={range_bytes:?}"
-        );
+        assert!(range_bytes.start < range_bytes.end, "range_bytes={range_bytes:?}");
+        assert!(range_bytes.end <= self.options.size_bytes, "range_bytes={range_bytes:?}");
         let bit_count = (range_bytes.end - range_bytes.start).saturating_mul(8);
-        assert!(
-            count as u64 <= bit_count,
-            "count={count} bit_count={bit_count}"
-        );
+        assert!(count as u64 <= bit_count, "count={count} bit_count={bit_count}");
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut flipped = BTreeSet::new();
         while flipped.len() < count {
@@ -453,19 +437,14 @@ impl SimDisk {
     }
 
     fn execute(&mut self, in_flight: InFlight) -> DiskCompletion {
-        let InFlight {
-            request,
-            write_sequence_covered,
-        } = in_flight;
-        let DiskRequest {
-            id,
-            op,
-            offset_bytes,
-            mut buffer,
-        } = request;
+        let InFlight { request, write_sequence_covered } = in_flight;
+        let DiskRequest { id, op, offset_bytes, mut buffer } = request;
         let result = match op {
             DiskOp::Read => self.execute_read(offset_bytes, &mut buffer),
             DiskOp::Write => self.execute_write(offset_bytes, &buffer),
+            DiskOp::WriteFua => {
+                self.execute_write(offset_bytes, &buffer).and_then(|()| self.make_last_write_durable(offset_bytes))
+            }
             DiskOp::WriteFlush => self
                 .execute_write(offset_bytes, &buffer)
                 .and_then(|()| self.execute_flush(offset_bytes, self.completed_write_count)),
@@ -473,34 +452,18 @@ impl SimDisk {
                 if buffer.is_empty() {
                     self.execute_flush(offset_bytes, write_sequence_covered)
                 } else {
-                    Err(DiskError::Io {
-                        errno: ERRNO_INVALID,
-                        offset_bytes,
-                    })
+                    Err(DiskError::Io { errno: ERRNO_INVALID, offset_bytes })
                 }
             }
         };
-        DiskCompletion {
-            id,
-            op,
-            offset_bytes,
-            buffer,
-            result,
-        }
+        DiskCompletion { id, op, offset_bytes, buffer, result }
     }
 
     fn execute_read(&mut self, offset_bytes: u64, buffer: &mut [u8]) -> Result<(), DiskError> {
         self.validate(offset_bytes, buffer)?;
-        let fault = draw_fault(
-            &mut self.rng,
-            &mut self.fail_next_reads_count,
-            self.faults.read_error_probability,
-        );
+        let fault = draw_fault(&mut self.rng, &mut self.fail_next_reads_count, self.faults.read_error_probability);
         if fault {
-            return Err(DiskError::Io {
-                errno: ERRNO_IO,
-                offset_bytes,
-            });
+            return Err(DiskError::Io { errno: ERRNO_IO, offset_bytes });
         }
         self.written.read(offset_bytes, buffer);
         Ok(())
@@ -511,46 +474,56 @@ impl SimDisk {
         if self.no_space {
             return Err(DiskError::NoSpace { offset_bytes });
         }
-        let fault = draw_fault(
-            &mut self.rng,
-            &mut self.fail_next_writes_count,
-            self.faults.write_error_probability,
-        );
+        let fault = draw_fault(&mut self.rng, &mut self.fail_next_writes_count, self.faults.write_error_probability);
         if fault {
-            return Err(DiskError::Io {
-                errno: ERRNO_IO,
-                offset_bytes,
-            });
+            return Err(DiskError::Io { errno: ERRNO_IO, offset_bytes });
         }
         let sequence = self.completed_write_count;
         self.completed_write_count += 1;
         if !buffer.is_empty() {
             self.written.write(offset_bytes, buffer);
-            self.pending.push_back(PendingWrite {
-                sequence,
-                offset_bytes,
-                data: buffer.into(),
-            });
+            self.pending.push_back(PendingWrite { sequence, offset_bytes, data: buffer.into() });
         }
         Ok(())
     }
 
-    /// Makes durable every pending write with a sequence number below `write_sequence_covered`.
-    fn execute_flush(
-        &mut self,
-        offset_bytes: u64,
-        write_sequence_covered: u64,
-    ) -> Result<(), DiskError> {
-        let fault = draw_fault(
-            &mut self.rng,
-            &mut self.fail_next_flushes_count,
-            self.faults.flush_error_probability,
-        );
+    /// Makes the write that just completed durable, alone (forced unit access). Older pending
+    /// writes to the same sectors can no longer surface at a crash: the device holds the newer
+    /// content for those sectors, so their copies in the log are overwritten with it.
+    /// Like the flush half of a `WriteFlush`, this can fail (an injected flush fault): the data
+    /// is then written but not durable.
+    fn make_last_write_durable(&mut self, offset_bytes: u64) -> Result<(), DiskError> {
+        let fault = draw_fault(&mut self.rng, &mut self.fail_next_flushes_count, self.faults.flush_error_probability);
         if fault {
-            return Err(DiskError::Io {
-                errno: ERRNO_IO,
-                offset_bytes,
-            });
+            return Err(DiskError::Io { errno: ERRNO_IO, offset_bytes });
+        }
+        let just_completed = self.completed_write_count - 1;
+        if self.pending.back().is_some_and(|last| last.sequence == just_completed) {
+            self.make_pending_write_durable();
+        }
+        self.count_durability_point();
+        Ok(())
+    }
+
+    fn make_pending_write_durable(&mut self) {
+        let last = self.pending.pop_back().expect("checked");
+        self.durable.write(last.offset_bytes, &last.data);
+        let (start, end) = (last.offset_bytes, last.offset_bytes + last.data.len() as u64);
+        for older in &mut self.pending {
+            let (older_start, older_end) = (older.offset_bytes, older.offset_bytes + older.data.len() as u64);
+            let (from, to) = (start.max(older_start), end.min(older_end));
+            if from < to {
+                let source = &last.data[(from - start) as usize..(to - start) as usize];
+                older.data[(from - older_start) as usize..(to - older_start) as usize].copy_from_slice(source);
+            }
+        }
+    }
+
+    /// Makes durable every pending write with a sequence number below `write_sequence_covered`.
+    fn execute_flush(&mut self, offset_bytes: u64, write_sequence_covered: u64) -> Result<(), DiskError> {
+        let fault = draw_fault(&mut self.rng, &mut self.fail_next_flushes_count, self.faults.flush_error_probability);
+        if fault {
+            return Err(DiskError::Io { errno: ERRNO_IO, offset_bytes });
         }
         // The log is in sequence order, so the covered writes are a prefix of it.
         while let Some(write) = self.pending.front() {
@@ -560,6 +533,12 @@ impl SimDisk {
             self.durable.write(write.offset_bytes, &write.data);
             self.pending.pop_front();
         }
+        self.count_durability_point();
+        Ok(())
+    }
+
+    /// A flush, or a forced-unit-access write, completed: counts it and arms a pending freeze.
+    fn count_durability_point(&mut self) {
         self.completed_flush_count += 1;
         if let Some(remaining) = &mut self.flushes_until_freeze {
             *remaining -= 1;
@@ -568,7 +547,6 @@ impl SimDisk {
                 self.completions_until_freeze = Some(0);
             }
         }
-        Ok(())
     }
 
     fn validate(&self, offset_bytes: u64, buffer: &[u8]) -> Result<(), DiskError> {
@@ -577,16 +555,12 @@ impl SimDisk {
         let aligned = offset_bytes % sector_size_bytes == 0
             && size_bytes % sector_size_bytes == 0
             && (buffer.as_ptr() as usize) % BUFFER_ADDRESS_ALIGNMENT_BYTES == 0;
-        let in_range = offset_bytes
-            .checked_add(size_bytes)
-            .is_some_and(|end_bytes| end_bytes <= self.options.size_bytes);
+        let in_range =
+            offset_bytes.checked_add(size_bytes).is_some_and(|end_bytes| end_bytes <= self.options.size_bytes);
         if aligned && in_range {
             Ok(())
         } else {
-            Err(DiskError::Io {
-                errno: ERRNO_INVALID,
-                offset_bytes,
-            })
+            Err(DiskError::Io { errno: ERRNO_INVALID, offset_bytes })
         }
     }
 
@@ -631,8 +605,7 @@ impl SimDisk {
                     let sectors = write.data.chunks_exact(sector_size_bytes);
                     for (sector_index, sector) in sectors.enumerate() {
                         if self.rng.gen_bool(0.5) {
-                            let offset_bytes =
-                                write.offset_bytes + (sector_index * sector_size_bytes) as u64;
+                            let offset_bytes = write.offset_bytes + (sector_index * sector_size_bytes) as u64;
                             self.durable.write(offset_bytes, sector);
                         }
                     }
@@ -643,8 +616,7 @@ impl SimDisk {
                 let disk_sector_count = self.options.size_bytes / sector_size_bytes;
                 let target_sector_max = disk_sector_count - sector_count as u64;
                 let target_sector = self.rng.gen_range(0..=target_sector_max);
-                self.durable
-                    .write(target_sector * sector_size_bytes, &write.data);
+                self.durable.write(target_sector * sector_size_bytes, &write.data);
             }
         }
     }
@@ -678,10 +650,7 @@ impl Disk for SimDisk {
 
     fn submit(&mut self, request: DiskRequest) {
         let write_sequence_covered = self.completed_write_count;
-        self.submitted.push_back(InFlight {
-            request,
-            write_sequence_covered,
-        });
+        self.submitted.push_back(InFlight { request, write_sequence_covered });
     }
 
     fn reap(&mut self, completions: &mut Vec<DiskCompletion>) {
@@ -695,11 +664,7 @@ impl Disk for SimDisk {
         if !self.completed.is_empty() || self.submitted.is_empty() || self.is_frozen() {
             return;
         }
-        let index = if self.options.reorder_completions {
-            self.rng.gen_range(0..self.submitted.len())
-        } else {
-            0
-        };
+        let index = if self.options.reorder_completions { self.rng.gen_range(0..self.submitted.len()) } else { 0 };
         self.complete_at(index);
     }
 
@@ -741,34 +706,26 @@ struct Image {
 
 impl Image {
     fn read(&self, offset_bytes: u64, target: &mut [u8]) {
-        for_each_segment(
-            offset_bytes,
-            target.len(),
-            |chunk_index, within, segment| {
-                let target = &mut target[segment];
-                match self.chunks.get(&chunk_index) {
-                    Some(chunk) => target.copy_from_slice(&chunk[within..within + target.len()]),
-                    None => target.fill(0),
-                }
-            },
-        );
+        for_each_segment(offset_bytes, target.len(), |chunk_index, within, segment| {
+            let target = &mut target[segment];
+            match self.chunks.get(&chunk_index) {
+                Some(chunk) => target.copy_from_slice(&chunk[within..within + target.len()]),
+                None => target.fill(0),
+            }
+        });
     }
 
     fn write(&mut self, offset_bytes: u64, source: &[u8]) {
-        for_each_segment(
-            offset_bytes,
-            source.len(),
-            |chunk_index, within, segment| {
-                let source = &source[segment];
-                let chunk = match self.chunks.get_mut(&chunk_index) {
-                    Some(chunk) => chunk,
-                    // Zeros over a missing chunk change nothing, so formatting costs no memory.
-                    None if source.iter().all(|&byte| byte == 0) => return,
-                    None => self.chunks.entry(chunk_index).or_insert_with(zeroed_chunk),
-                };
-                chunk[within..within + source.len()].copy_from_slice(source);
-            },
-        );
+        for_each_segment(offset_bytes, source.len(), |chunk_index, within, segment| {
+            let source = &source[segment];
+            let chunk = match self.chunks.get_mut(&chunk_index) {
+                Some(chunk) => chunk,
+                // Zeros over a missing chunk change nothing, so formatting costs no memory.
+                None if source.iter().all(|&byte| byte == 0) => return,
+                None => self.chunks.entry(chunk_index).or_insert_with(zeroed_chunk),
+            };
+            chunk[within..within + source.len()].copy_from_slice(source);
+        });
     }
 
     fn xor_byte(&mut self, offset_bytes: u64, mask: u8) {
@@ -782,12 +739,7 @@ impl Image {
     #[cfg(test)]
     fn same_content(&self, other: &Image) -> bool {
         let zeros = zeroed_chunk();
-        let indexes: BTreeSet<u64> = self
-            .chunks
-            .keys()
-            .chain(other.chunks.keys())
-            .copied()
-            .collect();
+        let indexes: BTreeSet<u64> = self.chunks.keys().chain(other.chunks.keys()).copied().collect();
         indexes.into_iter().all(|index| {
             let left = self.chunks.get(&index).unwrap_or(&zeros);
             let right = other.chunks.get(&index).unwrap_or(&zeros);
@@ -802,11 +754,7 @@ fn zeroed_chunk() -> Box<[u8]> {
 
 /// Calls `f(chunk_index, offset_in_chunk_bytes, range_in_buffer)` for each chunk that the byte
 /// range `offset_bytes..offset_bytes + size_bytes` touches, in order.
-fn for_each_segment(
-    offset_bytes: u64,
-    size_bytes: usize,
-    mut f: impl FnMut(u64, usize, Range<usize>),
-) {
+fn for_each_segment(offset_bytes: u64, size_bytes: usize, mut f: impl FnMut(u64, usize, Range<usize>)) {
     let mut done_bytes = 0;
     while done_bytes < size_bytes {
         let position_bytes = offset_bytes + done_bytes as u64;
@@ -826,20 +774,12 @@ mod tests {
     const SEED_COUNT: u64 = 256;
 
     fn options(seed: u64) -> SimDiskOptions {
-        SimDiskOptions {
-            seed,
-            ..SimDiskOptions::default()
-        }
+        SimDiskOptions { seed, ..SimDiskOptions::default() }
     }
 
     fn submit(disk: &mut SimDisk, id: u64, op: DiskOp, offset_bytes: u64, bytes: &[u8]) {
         let buffer = AlignedBuffer::from_slice(bytes);
-        disk.submit(DiskRequest {
-            id,
-            op,
-            offset_bytes,
-            buffer,
-        });
+        disk.submit(DiskRequest { id, op, offset_bytes, buffer });
     }
 
     /// Reaps and waits until nothing is in flight, as an engine's event loop would.
@@ -868,9 +808,7 @@ mod tests {
     }
 
     fn write(disk: &mut SimDisk, offset_bytes: u64, bytes: &[u8]) {
-        run(disk, DiskOp::Write, offset_bytes, bytes)
-            .result
-            .unwrap();
+        run(disk, DiskOp::Write, offset_bytes, bytes).result.unwrap();
     }
 
     fn flush(disk: &mut SimDisk) {
@@ -884,19 +822,14 @@ mod tests {
     }
 
     fn pattern(size_bytes: usize, salt: u8) -> Vec<u8> {
-        (0..size_bytes)
-            .map(|index| (index as u8).wrapping_mul(31).wrapping_add(salt))
-            .collect()
+        (0..size_bytes).map(|index| (index as u8).wrapping_mul(31).wrapping_add(salt)).collect()
     }
 
     #[test]
     fn round_trip() {
         for sector_size_bytes in [512, 4096] {
-            let mut disk = SimDisk::new(SimDiskOptions {
-                size_bytes: 8 << 30,
-                sector_size_bytes,
-                ..SimDiskOptions::default()
-            });
+            let mut disk =
+                SimDisk::new(SimDiskOptions { size_bytes: 8 << 30, sector_size_bytes, ..SimDiskOptions::default() });
             // Crosses a chunk boundary and lands near the end of a sparse 8 GiB disk.
             let data = pattern(3 * CHUNK_SIZE_BYTES_USIZE, 1);
             let offset_bytes = CHUNK_SIZE_BYTES - 4096;
@@ -907,10 +840,7 @@ mod tests {
             assert_eq!(read(&mut disk, end_offset_bytes, 8192), &data[..8192]);
             assert_eq!(read(&mut disk, 1 << 30, 4096), vec![0; 4096]);
             assert_eq!(disk.read_written(offset_bytes, data.len()), data);
-            assert_eq!(
-                disk.read_durable(offset_bytes, data.len()),
-                vec![0; data.len()]
-            );
+            assert_eq!(disk.read_durable(offset_bytes, data.len()), vec![0; data.len()]);
             assert_eq!(disk.written.chunks.len(), 5);
             assert_eq!(disk.completed_write_count(), 2);
             disk.assert_images_consistent();
@@ -960,15 +890,10 @@ mod tests {
     #[test]
     fn flush_makes_earlier_writes_survive_every_crash() {
         for seed in 0..SEED_COUNT {
-            let mut disk = SimDisk::new(SimDiskOptions {
-                torn_writes: true,
-                reorder_completions: true,
-                ..options(seed)
-            });
+            let mut disk =
+                SimDisk::new(SimDiskOptions { torn_writes: true, reorder_completions: true, ..options(seed) });
             write(&mut disk, 0, &pattern(16384, 3));
-            run(&mut disk, DiskOp::WriteFlush, 65536, &pattern(8192, 4))
-                .result
-                .unwrap();
+            run(&mut disk, DiskOp::WriteFlush, 65536, &pattern(8192, 4)).result.unwrap();
             write(&mut disk, 131072, &pattern(8192, 5));
             flush(&mut disk);
             assert_eq!(disk.writes_since_last_flush(), 0);
@@ -1015,19 +940,33 @@ mod tests {
     #[test]
     fn write_flush_covers_itself_and_earlier_writes() {
         for seed in 0..SEED_COUNT {
-            let mut disk = SimDisk::new(SimDiskOptions {
-                torn_writes: true,
-                ..options(seed)
-            });
+            let mut disk = SimDisk::new(SimDiskOptions { torn_writes: true, ..options(seed) });
             write(&mut disk, 0, &[1; 8192]);
-            run(&mut disk, DiskOp::WriteFlush, 8192, &[2; 8192])
-                .result
-                .unwrap();
+            run(&mut disk, DiskOp::WriteFlush, 8192, &[2; 8192]).result.unwrap();
             assert_eq!(disk.completed_flush_count(), 1);
             disk.crash();
             assert_eq!(disk.read_written(0, 8192), [1; 8192]);
             assert_eq!(disk.read_written(8192, 8192), [2; 8192]);
         }
+    }
+
+    #[test]
+    fn write_fua_makes_only_itself_durable_and_outlives_older_pending_writes() {
+        let mut lost_earlier = false;
+        for seed in 0..SEED_COUNT {
+            let mut disk = SimDisk::new(SimDiskOptions { torn_writes: true, ..options(seed) });
+            write(&mut disk, 0, &[1; 8192]);
+            write(&mut disk, 16384, &[3; 4096]);
+            run(&mut disk, DiskOp::WriteFua, 4096, &[2; 8192]).result.unwrap();
+            assert_eq!(disk.completed_flush_count(), 1);
+            disk.crash();
+            // The forced write survives whole; the older write it overlapped never resurfaces.
+            assert_eq!(disk.read_written(4096, 8192), [2; 8192]);
+            let first = disk.read_written(0, 4096);
+            assert!(first == [1; 4096] || first == [0; 4096]);
+            lost_earlier |= disk.read_written(16384, 4096) == [0; 4096];
+        }
+        assert!(lost_earlier, "a write before the forced one must be able to vanish");
     }
 
     /// Every sector after a crash holds one whole version: the old one or that of a pending write.
@@ -1038,11 +977,7 @@ mod tests {
         let new = pattern(size_bytes, 20);
         let mut outcomes = BTreeSet::new();
         for seed in 0..SEED_COUNT {
-            let mut disk = SimDisk::new(SimDiskOptions {
-                sector_size_bytes,
-                torn_writes,
-                ..options(seed)
-            });
+            let mut disk = SimDisk::new(SimDiskOptions { sector_size_bytes, torn_writes, ..options(seed) });
             write(&mut disk, 0, &old);
             flush(&mut disk);
             write(&mut disk, 0, &new);
@@ -1051,8 +986,7 @@ mod tests {
             let mut outcome = Vec::new();
             let sector_size_bytes = sector_size_bytes as usize;
             for sector_index in 0..SECTOR_COUNT {
-                let range =
-                    sector_index * sector_size_bytes..(sector_index + 1) * sector_size_bytes;
+                let range = sector_index * sector_size_bytes..(sector_index + 1) * sector_size_bytes;
                 if after[range.clone()] == old[range.clone()] {
                     outcome.push(0);
                 } else {
@@ -1075,9 +1009,7 @@ mod tests {
             assert!(torn.contains(&vec![1; 16]));
             // Both prefixes and scattered subsets appear.
             assert!(torn.len() > 10, "outcomes={}", torn.len());
-            assert!(torn
-                .iter()
-                .any(|outcome| outcome.windows(2).any(|pair| pair == [0, 1])));
+            assert!(torn.iter().any(|outcome| outcome.windows(2).any(|pair| pair == [0, 1])));
         }
     }
 
@@ -1087,11 +1019,7 @@ mod tests {
     fn crash_keeps_a_version_of_each_sector() {
         const SECTOR_COUNT: u64 = 32;
         for seed in 0..SEED_COUNT {
-            let mut disk = SimDisk::new(SimDiskOptions {
-                sector_size_bytes: 512,
-                torn_writes: true,
-                ..options(seed)
-            });
+            let mut disk = SimDisk::new(SimDiskOptions { sector_size_bytes: 512, torn_writes: true, ..options(seed) });
             let mut workload = SmallRng::seed_from_u64(seed ^ 0x5eed);
             // Per sector: the durable version, then the versions written since.
             let mut versions: Vec<Vec<u8>> = vec![vec![0]; SECTOR_COUNT as usize];
@@ -1105,11 +1033,7 @@ mod tests {
                 } else {
                     let start = workload.gen_range(0..SECTOR_COUNT);
                     let count = workload.gen_range(1..=(SECTOR_COUNT - start).min(6));
-                    write(
-                        &mut disk,
-                        start * 512,
-                        &vec![version; usize_from(count * 512)],
-                    );
+                    write(&mut disk, start * 512, &vec![version; usize_from(count * 512)]);
                     for sector in start..start + count {
                         versions[usize_from(sector)].push(version);
                     }
@@ -1121,10 +1045,7 @@ mod tests {
             for (sector, sector_versions) in versions.iter().enumerate() {
                 let bytes = &after[sector * 512..(sector + 1) * 512];
                 assert!(bytes.iter().all(|&byte| byte == bytes[0]));
-                assert!(
-                    sector_versions.contains(&bytes[0]),
-                    "seed={seed} sector={sector}"
-                );
+                assert!(sector_versions.contains(&bytes[0]), "seed={seed} sector={sector}");
             }
         }
     }
@@ -1152,28 +1073,16 @@ mod tests {
         disk.flip_random_bits_in(0..8192, 10, 42);
         let after = disk.read_written(0, 8192);
         assert_eq!(disk.read_durable(0, 8192), after);
-        let flipped: u32 = before
-            .iter()
-            .zip(&after)
-            .map(|(old, new)| (old ^ new).count_ones())
-            .sum();
+        let flipped: u32 = before.iter().zip(&after).map(|(old, new)| (old ^ new).count_ones()).sum();
         assert_eq!(flipped, 10);
         disk.assert_images_consistent();
     }
 
     #[test]
     fn invalid_requests_fail_and_the_disk_keeps_working() {
-        let mut disk = SimDisk::new(SimDiskOptions {
-            size_bytes: 1 << 20,
-            sector_size_bytes: 512,
-            ..SimDiskOptions::default()
-        });
-        let invalid = |offset_bytes: u64| -> Result<(), DiskError> {
-            Err(DiskError::Io {
-                errno: 22,
-                offset_bytes,
-            })
-        };
+        let mut disk =
+            SimDisk::new(SimDiskOptions { size_bytes: 1 << 20, sector_size_bytes: 512, ..SimDiskOptions::default() });
+        let invalid = |offset_bytes: u64| -> Result<(), DiskError> { Err(DiskError::Io { errno: 22, offset_bytes }) };
         for (op, offset_bytes, size_bytes) in [
             (DiskOp::Write, 100, 512),
             (DiskOp::Write, 512, 100),
@@ -1183,11 +1092,7 @@ mod tests {
             (DiskOp::Flush, 0, 512),
         ] {
             let completion = run(&mut disk, op, offset_bytes, &vec![1; size_bytes]);
-            assert_eq!(
-                completion.result,
-                invalid(offset_bytes),
-                "{op:?} {offset_bytes}"
-            );
+            assert_eq!(completion.result, invalid(offset_bytes), "{op:?} {offset_bytes}");
             assert_eq!(completion.buffer.len(), size_bytes);
         }
         assert_eq!(disk.completed_write_count(), 0);
@@ -1202,23 +1107,14 @@ mod tests {
         disk.fail_next_writes(2);
         for _ in 0..2 {
             let completion = run(&mut disk, DiskOp::Write, 4096, &[1; 4096]);
-            assert_eq!(
-                completion.result,
-                Err(DiskError::Io {
-                    errno: 5,
-                    offset_bytes: 4096
-                })
-            );
+            assert_eq!(completion.result, Err(DiskError::Io { errno: 5, offset_bytes: 4096 }));
         }
         write(&mut disk, 0, &[1; 4096]);
         assert_eq!(disk.read_written(4096, 4096), [0; 4096]);
 
         disk.set_no_space(true);
         let completion = run(&mut disk, DiskOp::WriteFlush, 8192, &[1; 4096]);
-        assert_eq!(
-            completion.result,
-            Err(DiskError::NoSpace { offset_bytes: 8192 })
-        );
+        assert_eq!(completion.result, Err(DiskError::NoSpace { offset_bytes: 8192 }));
         assert_eq!(read(&mut disk, 0, 4096), [1; 4096]);
         disk.set_no_space(false);
 
@@ -1230,22 +1126,11 @@ mod tests {
 
         disk.fail_next_reads(1);
         assert!(run(&mut disk, DiskOp::Read, 0, &[0; 4096]).result.is_err());
-        disk.set_faults(SimDiskFaults {
-            read_error_probability: 1.0,
-            ..SimDiskFaults::default()
-        });
+        disk.set_faults(SimDiskFaults { read_error_probability: 1.0, ..SimDiskFaults::default() });
         assert!(run(&mut disk, DiskOp::Read, 0, &[0; 4096]).result.is_err());
-        disk.set_faults(SimDiskFaults {
-            write_error_probability: 0.5,
-            ..SimDiskFaults::default()
-        });
-        let failed_count = (0..200)
-            .filter(|_| run(&mut disk, DiskOp::Write, 0, &[2; 4096]).result.is_err())
-            .count();
-        assert!(
-            (50..150).contains(&failed_count),
-            "failed_count={failed_count}"
-        );
+        disk.set_faults(SimDiskFaults { write_error_probability: 0.5, ..SimDiskFaults::default() });
+        let failed_count = (0..200).filter(|_| run(&mut disk, DiskOp::Write, 0, &[2; 4096]).result.is_err()).count();
+        assert!((50..150).contains(&failed_count), "failed_count={failed_count}");
     }
 
     #[test]
@@ -1289,10 +1174,7 @@ mod tests {
             disk.freeze_after_flushes(flush_index);
             let mut completions = Vec::new();
             for id in 0..3 {
-                for (op, offset_bytes, bytes) in [
-                    (DiskOp::Write, id * 4096, &[1; 4096][..]),
-                    (DiskOp::Flush, 0, &[]),
-                ] {
+                for (op, offset_bytes, bytes) in [(DiskOp::Write, id * 4096, &[1; 4096][..]), (DiskOp::Flush, 0, &[])] {
                     submit(&mut disk, id, op, offset_bytes, bytes);
                     disk.wait();
                     disk.reap(&mut completions);
@@ -1304,11 +1186,7 @@ mod tests {
             disk.crash();
             for id in 0..3 {
                 let survived = disk.read_written(id * 4096, 4096) == [1; 4096];
-                assert_eq!(
-                    survived,
-                    id < flush_index,
-                    "flush_index={flush_index} id={id}"
-                );
+                assert_eq!(survived, id < flush_index, "flush_index={flush_index} id={id}");
             }
         }
 
@@ -1326,10 +1204,7 @@ mod tests {
     fn reordering_completes_everything() {
         let mut reordered_count = 0;
         for seed in 0..64 {
-            let mut disk = SimDisk::new(SimDiskOptions {
-                reorder_completions: true,
-                ..options(seed)
-            });
+            let mut disk = SimDisk::new(SimDiskOptions { reorder_completions: true, ..options(seed) });
             for id in 0..100 {
                 submit(&mut disk, id, DiskOp::Write, id * 4096, &[1; 4096]);
             }
@@ -1386,9 +1261,7 @@ mod tests {
             disk.assert_images_consistent();
         }
         disk.crash();
-        let summary = completions
-            .iter()
-            .map(|completion| (completion.id, completion.result.clone()));
+        let summary = completions.iter().map(|completion| (completion.id, completion.result.clone()));
         (summary.collect(), disk.read_written(0, 1 << 20))
     }
 

@@ -280,7 +280,7 @@ impl Disk for CrashDisk {
 
     fn submit(&mut self, request: DiskRequest) {
         self.apply_control();
-        if matches!(request.op, DiskOp::Write | DiskOp::WriteFlush) && self.tear_in_flight {
+        if matches!(request.op, DiskOp::Write | DiskOp::WriteFlush | DiskOp::WriteFua) && self.tear_in_flight {
             let previous = self.in_flight_writes.insert(request.id, (request.offset_bytes, request.buffer.to_vec()));
             assert!(previous.is_none(), "request id {} reused while in flight", request.id);
         }
