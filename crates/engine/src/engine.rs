@@ -448,7 +448,15 @@ impl<D: Disk> Engine<D> {
         engine.replay_journal()?;
         // Bring the other superblock copy to the same tail, so both copies name records that
         // are still in the journal (the older copy may name a tail whose space is about to be
-        // reused).
+        // reused). When it already names it, opening writes nothing.
+        let other_copy = (engine.superblock.generation + 1) % 2;
+        let other = read_superblock(&mut engine.disk, other_copy * SUPERBLOCK_SIZE_BYTES)?;
+        if other.is_ok_and(|other| {
+            other.journal_tail_seq == engine.superblock.journal_tail_seq
+                && other.journal_tail_offset_bytes == engine.superblock.journal_tail_offset_bytes
+        }) {
+            return Ok(engine);
+        }
         let mut superblock = engine.superblock.clone();
         superblock.generation += 1;
         superblock.version_floor = superblock.version_floor.max(engine.last_version);
