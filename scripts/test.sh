@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the tests drive. Installed only when missing, so reruns are fast.
-packages=(fio jq util-linux)
+# etcd-server: the etcd the meta-etcd tests start; protobuf-compiler and libprotobuf-dev: etcd-client generates its gRPC code at build time.
+packages=(fio jq util-linux etcd-server protobuf-compiler libprotobuf-dev)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
