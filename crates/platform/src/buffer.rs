@@ -73,8 +73,9 @@ impl AlignedBuffer {
         Layout::from_size_align(len, BUFFER_ALIGNMENT_BYTES).expect("buffer length overflows")
     }
 
+    /// A non-null, aligned address for empty buffers; never dereferenced (length zero).
     fn dangling() -> NonNull<u8> {
-        NonNull::<[u8; BUFFER_ALIGNMENT_BYTES]>::dangling().cast()
+        NonNull::new(std::ptr::without_provenance_mut(BUFFER_ALIGNMENT_BYTES)).expect("non-zero address")
     }
 }
 
