@@ -34,7 +34,7 @@ export PROPTEST_RNG_SEED=${PROPTEST_RNG_SEED:-20261121}
 echo "test.sh: cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 echo "test.sh: fuzz smoke"
 scripts/fuzz-smoke.sh "${BASALT_FUZZ_SECONDS:-20}"
 
