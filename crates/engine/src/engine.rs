@@ -2048,6 +2048,7 @@ impl<D: Disk> Engine<D> {
         let read = job.copy_reads[run].clone();
         let pages = &job.copy_pages[read.pages];
         // Runs of pages adjacent both in the journal and in the target block become one write.
+        let mut runs: Vec<(usize, usize, u64)> = Vec::new();
         let mut first = 0;
         while first < pages.len() {
             let mut count = 1;
@@ -2061,11 +2062,18 @@ impl<D: Disk> Engine<D> {
                 count += 1;
             }
             let at = (pages[first].journal_offset_bytes - read.journal_offset_bytes) as usize;
-            let bytes = &buffer[at..at + count * PAGE_USIZE];
-            let write = if count * PAGE_USIZE == buffer.len() { None } else { Some(AlignedBuffer::from_slice(bytes)) };
-            let target = pages[first].target_offset_bytes;
-            job.copy_writes.push_back((target, write.unwrap_or_else(|| buffer.clone())));
+            runs.push((at, count * PAGE_USIZE, pages[first].target_offset_bytes));
             first += count;
+        }
+        if let [(0, length, target)] = runs[..] {
+            if length == buffer.len() {
+                // The whole read is one write: hand the buffer on instead of copying it.
+                job.copy_writes.push_back((target, buffer));
+                return self.pump_copy();
+            }
+        }
+        for (at, length, target) in runs {
+            job.copy_writes.push_back((target, AlignedBuffer::from_slice(&buffer[at..at + length])));
         }
         self.pump_copy();
     }
