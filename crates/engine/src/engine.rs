@@ -209,7 +209,6 @@ struct ObjectFlush {
     new: Option<NewState>,
     /// Dirty entries of the object that the job consumes (a prefix of its list).
     consumed: usize,
-    consumes_reservation: bool,
 }
 
 struct NewState {
@@ -875,12 +874,11 @@ impl<D: Disk> Engine<D> {
                 self.flush_waiters.push_back((upto, user_data));
                 self.complete_flush_waiters();
             }
-            Request::Write { object, offset_bytes, ref data } => {
+            Request::Write { offset_bytes, ref data, .. } => {
                 let length = u32::try_from(data.len()).unwrap_or(u32::MAX);
                 if let Err(error) = self.check_range(offset_bytes, length) {
                     return self.complete(user_data, Err(error));
                 }
-                let _ = object;
                 self.admit_write(user_data, request);
             }
             Request::Delete { .. } => self.admit_write(user_data, request),
@@ -1237,6 +1235,8 @@ impl<D: Disk> Engine<D> {
         let mut entries: Vec<SealedEntry> = Vec::new();
         let mut data_pages: u32 = 0;
         let mut journal_entries: Vec<JournalEntry> = Vec::new();
+        // Header bytes of `journal_entries`, kept as they grow rather than summed again.
+        let mut entry_bytes = 0;
         let mut datas: Vec<AlignedBuffer> = Vec::new();
         // Objects whose block state changed earlier in this record: object -> has a block.
         // A small write that reserves a block counts as a block too (see `object_has_block`):
@@ -1250,19 +1250,12 @@ impl<D: Disk> Engine<D> {
                 PendingKind::Big { .. } => (0, pages_per_object as usize),
                 PendingKind::Delete => (0, 0),
             };
-            let probe = JournalEntry {
-                object: front.object,
-                version: 0,
-                kind: JournalEntryKind::Delete,
-                page_crcs: vec![0; crc_count],
-            };
-            journal_entries.push(probe);
-            let size =
-                u64::from(RecordHeader::size_bytes_for(&journal_entries)) + u64::from(data_pages + entry_pages) * PAGE;
-            journal_entries.pop();
-            let place = if size <= limit { self.journal_place(size) } else { None };
-            let Some(place) = place else { break };
-            let _ = place;
+            let with_entry_bytes = entry_bytes + JournalEntry::encoded_size_bytes_for(crc_count);
+            let size = u64::from(RecordHeader::size_bytes_for_entry_bytes(with_entry_bytes))
+                + u64::from(data_pages + entry_pages) * PAGE;
+            if size > limit || self.journal_place(size).is_none() {
+                break;
+            }
             let pending = self.pending.pop_front().expect("front exists");
             let object = pending.object;
             let has_block = *block_state.entry(object).or_insert_with(|| self.object_has_block(object));
@@ -1299,6 +1292,7 @@ impl<D: Disk> Engine<D> {
             };
             self.last_version = version;
             let entry = JournalEntry { object, version, kind, page_crcs: crcs };
+            entry_bytes += JournalEntry::encoded_size_bytes_for(entry.page_crcs.len());
             journal_entries.push(entry.clone());
             entries.push(SealedEntry {
                 write_seq: pending.write_seq,
@@ -1849,22 +1843,20 @@ impl<D: Disk> Engine<D> {
                 }
             }
         }
-        let mut consumes_reservation = false;
         if needs_block {
             let state = state.as_mut().expect("small write state");
             if matches!(state.base, StateBase::Fresh) && state.block == u32::MAX {
                 let dirty = self.dirty.get_mut(&object).expect("dirty");
                 assert!(dirty.reserved, "object {object} needs a block without a reservation");
                 dirty.reserved = false;
-                consumes_reservation = true;
                 state.block = self.allocate_block(true).expect("reserved block");
             }
         }
         if !changed {
             // Only superseded small writes: the flushed state stays, the entries go.
-            return Some(ObjectFlush { object, old: None, new: None, consumed, consumes_reservation: false });
+            return Some(ObjectFlush { object, old: None, new: None, consumed });
         }
-        Some(ObjectFlush { object, old, new: state, consumed, consumes_reservation })
+        Some(ObjectFlush { object, old, new: state, consumed })
     }
 
     fn advance_flush_job(&mut self) {
@@ -2147,7 +2139,6 @@ impl<D: Disk> Engine<D> {
                 assert!(!dirty.reserved, "object {} keeps a reservation with no entries", flush.object);
                 self.dirty.remove(&flush.object);
             }
-            let _ = flush.consumes_reservation;
             for entry in consumed {
                 if let DirtyKind::Big { block, .. } = entry.kind {
                     // The dirty entry's hold; the index takes its own.

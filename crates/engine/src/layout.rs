@@ -425,7 +425,12 @@ pub struct JournalEntry {
 
 impl JournalEntry {
     fn encoded_size_bytes(&self) -> usize {
-        JOURNAL_ENTRY_HEADER_BYTES + 4 * self.page_crcs.len()
+        Self::encoded_size_bytes_for(self.page_crcs.len())
+    }
+
+    /// Header bytes an entry with `page_crc_count` checksums takes.
+    pub fn encoded_size_bytes_for(page_crc_count: usize) -> usize {
+        JOURNAL_ENTRY_HEADER_BYTES + 4 * page_crc_count
     }
 }
 
@@ -458,7 +463,12 @@ const RECORD_CRC_AT: usize = 36;
 impl RecordHeader {
     /// Size in bytes of the header holding `entries`, rounded up to whole pages.
     pub fn size_bytes_for(entries: &[JournalEntry]) -> u32 {
-        let bytes = RECORD_HEADER_BYTES + entries.iter().map(JournalEntry::encoded_size_bytes).sum::<usize>();
+        Self::size_bytes_for_entry_bytes(entries.iter().map(JournalEntry::encoded_size_bytes).sum())
+    }
+
+    /// Size in bytes of a header whose entries take `entry_bytes`, rounded up to whole pages.
+    pub fn size_bytes_for_entry_bytes(entry_bytes: usize) -> u32 {
+        let bytes = RECORD_HEADER_BYTES + entry_bytes;
         (bytes.div_ceil(PAGE_SIZE_BYTES as usize) * PAGE_SIZE_BYTES as usize) as u32
     }
 
