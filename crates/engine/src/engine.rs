@@ -78,6 +78,8 @@ struct PendingEntry {
     write_seq: u64,
     user_data: u64,
     object: ObjectId,
+    /// The caller's version; `None`: the engine's next.
+    version: Option<u64>,
     kind: PendingKind,
 }
 
@@ -100,6 +102,7 @@ struct BigWrite {
     write_seq: u64,
     user_data: u64,
     object: ObjectId,
+    version: Option<u64>,
     block: u32,
     page_crcs: Vec<u32>,
 }
@@ -108,6 +111,7 @@ struct QueuedWrite {
     write_seq: u64,
     user_data: u64,
     object: ObjectId,
+    version: Option<u64>,
     request: Request,
 }
 
@@ -278,6 +282,11 @@ pub struct Engine<D: Disk> {
 
     index: Index,
     dirty: HashMap<ObjectId, DirtyObject>,
+    /// Deletes whose records replay could still read (not yet behind both superblock copies'
+    /// tails): object -> (version, record seq). A caller-versioned write must exceed such a
+    /// delete's version even after the delete is flushed, or replay would apply the delete
+    /// over the newer write.
+    journaled_deletes: HashMap<ObjectId, (u64, u64)>,
     /// Holders of each data block: the index, dirty whole-object writes, writes in their data
     /// phase and reads in flight. Zero means free.
     block_refs: Vec<u16>,
@@ -370,6 +379,26 @@ impl<D: Disk> Engine<D> {
         Ok(disk)
     }
 
+    /// Records `osd_id` as the owner of the engine on `disk` (closed), in both superblock
+    /// copies, the newer first: a crash in between leaves the newer copy, which `open` uses,
+    /// already naming the owner, or (if that write tore) the old state with no owner.
+    pub fn set_osd_id(disk: &mut D, osd_id: u64) -> Result<Superblock, OpenError> {
+        Self::probe(disk)?;
+        let mut copies = Vec::new();
+        for slot in 0..2 {
+            if let Ok(copy) = read_superblock(disk, slot * SUPERBLOCK_SIZE_BYTES)? {
+                copies.push((slot, copy));
+            }
+        }
+        copies.sort_by_key(|(_, copy)| std::cmp::Reverse(copy.generation));
+        for (slot, copy) in &mut copies {
+            copy.osd_id = osd_id;
+            let encoded = AlignedBuffer::from_slice(&copy.encode());
+            sync_io(disk, DiskOp::WriteFlush, *slot * SUPERBLOCK_SIZE_BYTES, encoded)?;
+        }
+        Self::probe(disk)
+    }
+
     /// Reads only the superblock: what `open` would find, without replaying anything.
     pub fn probe(disk: &mut D) -> Result<Superblock, OpenError> {
         let first = read_superblock(disk, 0)?;
@@ -415,6 +444,7 @@ impl<D: Disk> Engine<D> {
             reserved_blocks: 0,
             allocation_cursor: 0,
             last_version: 0,
+            journaled_deletes: HashMap::new(),
             next_io_id: 1,
             ios: HashMap::new(),
             reaped: Vec::new(),
@@ -822,6 +852,19 @@ impl<D: Disk> Engine<D> {
         objects.into_iter().filter_map(|(object, version)| Some((object, version?))).collect()
     }
 
+    /// The newest version of `object` the engine knows: its last write, or a delete that replay
+    /// could still read. A caller minting versions (a PG primary) must go above it.
+    pub fn object_version(&self, object: ObjectId) -> Option<u64> {
+        self.known_version(object)
+    }
+
+    fn known_version(&self, object: ObjectId) -> Option<u64> {
+        let dirty = self.dirty.get(&object).and_then(|dirty| dirty.entries.last()).map(|entry| entry.version);
+        let clean = self.index.get(object).map(|entry| entry.version);
+        let deleted = self.journaled_deletes.get(&object).map(|&(version, _)| version);
+        [dirty, clean, deleted].into_iter().flatten().max()
+    }
+
     pub fn space(&self) -> SpaceStats {
         let object_size = u64::from(self.geometry.object_size_bytes);
         let block_count = u64::from(self.geometry.block_count);
@@ -879,9 +922,19 @@ impl<D: Disk> Engine<D> {
                 if let Err(error) = self.check_range(offset_bytes, length) {
                     return self.complete(user_data, Err(error));
                 }
-                self.admit_write(user_data, request);
+                self.admit_write(user_data, request, None);
             }
-            Request::Delete { .. } => self.admit_write(user_data, request),
+            Request::Delete { .. } => self.admit_write(user_data, request, None),
+            Request::WriteVersioned { object, offset_bytes, data, version } => {
+                let length = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                if let Err(error) = self.check_range(offset_bytes, length) {
+                    return self.complete(user_data, Err(error));
+                }
+                self.admit_write(user_data, Request::Write { object, offset_bytes, data }, Some(version));
+            }
+            Request::DeleteVersioned { object, version } => {
+                self.admit_write(user_data, Request::Delete { object }, Some(version))
+            }
         }
     }
 
@@ -1140,7 +1193,7 @@ impl<D: Disk> Engine<D> {
     // -----------------------------------------------------------------------------------------
     // Writes.
 
-    fn admit_write(&mut self, user_data: u64, request: Request) {
+    fn admit_write(&mut self, user_data: u64, request: Request, version: Option<u64>) {
         let object = match &request {
             Request::Write { object, .. } | Request::Delete { object } => *object,
             _ => unreachable!(),
@@ -1152,7 +1205,7 @@ impl<D: Disk> Engine<D> {
         let write_seq = self.next_write_seq;
         self.next_write_seq += 1;
         self.writes_in_flight.insert(write_seq);
-        let queued = QueuedWrite { write_seq, user_data, object, request };
+        let queued = QueuedWrite { write_seq, user_data, object, version, request };
         if let Some(queue) = self.object_queues.get_mut(&object) {
             queue.push_back(queued);
         } else {
@@ -1162,7 +1215,7 @@ impl<D: Disk> Engine<D> {
 
     /// Starts a write whose object has nothing queued ahead of it.
     fn start_write(&mut self, queued: QueuedWrite) {
-        let QueuedWrite { write_seq, user_data, object, request } = queued;
+        let QueuedWrite { write_seq, user_data, object, version, request } = queued;
         let kind = match request {
             Request::Delete { .. } => PendingKind::Delete,
             Request::Write { offset_bytes, data, .. } => {
@@ -1173,7 +1226,7 @@ impl<D: Disk> Engine<D> {
                 if whole {
                     if let Some(block) = self.allocate_block(false) {
                         self.object_queues.insert(object, VecDeque::new());
-                        self.big_writes.insert(write_seq, BigWrite { write_seq, user_data, object, block, page_crcs });
+                        self.big_writes.insert(write_seq, BigWrite { write_seq, user_data, object, version, block, page_crcs });
                         let offset = self.geometry.block_offset_bytes(block);
                         self.submit_io(Io::BigData { write: write_seq }, DiskOp::Write, offset, data);
                         return;
@@ -1183,7 +1236,7 @@ impl<D: Disk> Engine<D> {
             }
             _ => unreachable!(),
         };
-        self.pending.push_back(PendingEntry { write_seq, user_data, object, kind });
+        self.pending.push_back(PendingEntry { write_seq, user_data, object, version, kind });
     }
 
     fn on_big_data(&mut self, write_seq: u64, result: Result<(), DiskError>) {
@@ -1193,6 +1246,7 @@ impl<D: Disk> Engine<D> {
                 write_seq,
                 user_data: big.user_data,
                 object: big.object,
+                version: big.version,
                 kind: PendingKind::Big { block: big.block, page_crcs: big.page_crcs },
             }),
             Err(error) => {
@@ -1243,6 +1297,8 @@ impl<D: Disk> Engine<D> {
         // the reservation is tracked here, not through `dirty.reserved`, because a delete
         // sealed earlier in this record releases the old reservation when it commits.
         let mut block_state: HashMap<ObjectId, bool> = HashMap::new();
+        // Versions given to objects earlier in this record.
+        let mut record_versions: HashMap<ObjectId, u64> = HashMap::new();
         let limit = RECORD_SIZE_MAX_BYTES.min(self.geometry.journal_size_bytes / 4);
         while let Some(front) = self.pending.front() {
             let (entry_pages, crc_count) = match &front.kind {
@@ -1258,8 +1314,23 @@ impl<D: Disk> Engine<D> {
             }
             let pending = self.pending.pop_front().expect("front exists");
             let object = pending.object;
+            let version = match pending.version {
+                None => self.last_version + 1,
+                Some(version) => {
+                    let current = record_versions.get(&object).copied().or_else(|| self.known_version(object));
+                    if let Some(current) = current.filter(|&current| current >= version) {
+                        if let PendingKind::Big { block, .. } = pending.kind {
+                            self.release_block(block);
+                        }
+                        let error = EngineError::StaleVersion { object, version, current };
+                        self.finish_write(pending.write_seq, pending.user_data, Err(error));
+                        continue;
+                    }
+                    version
+                }
+            };
+            record_versions.insert(object, version);
             let has_block = *block_state.entry(object).or_insert_with(|| self.object_has_block(object));
-            let version = self.last_version + 1;
             let (kind, crcs, reserves_block) = match pending.kind {
                 PendingKind::Small { offset_pages, data, page_crcs } => {
                     let mut reserves_block = false;
@@ -1290,7 +1361,7 @@ impl<D: Disk> Engine<D> {
                     (JournalEntryKind::Delete, Vec::new(), false)
                 }
             };
-            self.last_version = version;
+            self.last_version = self.last_version.max(version);
             let entry = JournalEntry { object, version, kind, page_crcs: crcs };
             entry_bytes += JournalEntry::encoded_size_bytes_for(entry.page_crcs.len());
             journal_entries.push(entry.clone());
@@ -1404,6 +1475,10 @@ impl<D: Disk> Engine<D> {
         if let Some(last) = dirty.entries.last() {
             assert!(last.version < entry.version);
         }
+        if matches!(kind, DirtyKind::Delete) {
+            self.journaled_deletes.insert(entry.object, (entry.version, record_seq));
+        }
+        let dirty = self.dirty.entry(entry.object).or_default();
         dirty.entries.push(DirtyEntry { record_seq, version: entry.version, kind });
         if reserves_block {
             assert!(!dirty.reserved);
@@ -1924,6 +1999,7 @@ impl<D: Disk> Engine<D> {
                         while self.records.front().is_some_and(|record| record.seq < released_seq) {
                             self.records.pop_front();
                         }
+                        self.journaled_deletes.retain(|_, &mut (_, record_seq)| record_seq >= released_seq);
                         while let Some(&(last_seq, block)) = self.blocks_awaiting_trim.front() {
                             if last_seq >= released_seq {
                                 break;

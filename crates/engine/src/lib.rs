@@ -53,6 +53,20 @@ pub enum Request {
     Delete {
         object: ObjectId,
     },
+    /// A write whose version the caller chose (a PG primary mints it; its replicas store the
+    /// same). It must exceed every version of the object the engine still knows, including a
+    /// delete in the journal; otherwise it fails with [`EngineError::StaleVersion`].
+    WriteVersioned {
+        object: ObjectId,
+        offset_bytes: u32,
+        data: AlignedBuffer,
+        version: u64,
+    },
+    /// A delete whose version the caller chose, under the same rule as `WriteVersioned`.
+    DeleteVersioned {
+        object: ObjectId,
+        version: u64,
+    },
     /// Completes once every write submitted before it has completed (writes are durable when
     /// they complete, so this is a barrier, not extra I/O).
     Flush,
@@ -84,6 +98,8 @@ pub enum EngineError {
     Corrupt { object: ObjectId, offset_bytes: u64 },
     #[error("corrupt metadata for object {object} (data block {block})")]
     MetaCorrupt { object: ObjectId, block: u32 },
+    #[error("object {object}: version {version} is not newer than the stored version {current}")]
+    StaleVersion { object: ObjectId, version: u64, current: u64 },
     #[error("disk error: {0}")]
     Disk(#[from] DiskError),
     #[error("engine stopped accepting writes after a failed write ({reason}); restart it to recover")]
