@@ -5,10 +5,12 @@
 //! are the helpers the subcommands share (sizes, device checks, request pipelining, the torture
 //! log).
 
+mod api_client;
 mod cmd;
 mod device;
 mod pipeline;
 mod size;
+mod stats;
 mod torture;
 
 use std::process::ExitCode;
@@ -28,12 +30,31 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Manage the storage of one OSD (one drive).
-    #[command(subcommand)]
-    Osd(OsdCommand),
+    /// Run an OSD on one drive (with --etcd, --data, --listen), or manage OSDs.
+    Osd(OsdArgs),
     /// Storage engine tools: benchmarks and load generators.
     #[command(subcommand)]
     Engine(EngineCommand),
+    /// Run a monitor: PG tables, leader election and the JSON HTTP API.
+    Mon(cmd::mon::Args),
+    /// Manage pools through the mon API.
+    Pool(cmd::pool::Args),
+    /// Manage volumes through the mon API.
+    Volume(cmd::volume::Args),
+    /// Show the cluster's state through the mon API.
+    Status(cmd::status::Args),
+    /// Measure I/O on a volume through the client library (IOPS, MiB/s, latency).
+    Bench(cmd::bench::Args),
+}
+
+/// `basalt osd` runs the daemon; `basalt osd <command>` manages OSDs.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct OsdArgs {
+    #[command(subcommand)]
+    command: Option<OsdCommand>,
+    #[command(flatten)]
+    run: cmd::osd_run::Args,
 }
 
 #[derive(Debug, Subcommand)]
@@ -42,6 +63,10 @@ enum OsdCommand {
     Init(cmd::osd_init::Args),
     /// Open an engine and print its superblock, space, index RAM and open time.
     Info(cmd::osd_info::Args),
+    /// List registered OSDs through the mon API.
+    Ls(cmd::osd_admin::LsArgs),
+    /// Show OSDs by rack and host through the mon API.
+    Tree(cmd::osd_admin::TreeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,8 +102,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let global = Global { quiet: cli.quiet };
     let result = match cli.command {
-        Command::Osd(OsdCommand::Init(args)) => cmd::osd_init::run(global, args),
-        Command::Osd(OsdCommand::Info(args)) => cmd::osd_info::run(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Init(args)), .. }) => cmd::osd_init::run(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Info(args)), .. }) => cmd::osd_info::run(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Ls(args)), .. }) => cmd::osd_admin::run_ls(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Tree(args)), .. }) => cmd::osd_admin::run_tree(global, args),
+        Command::Osd(OsdArgs { command: None, run }) => cmd::osd_run::run(global, run),
+        Command::Mon(args) => cmd::mon::run(global, args),
+        Command::Pool(args) => cmd::pool::run(global, args),
+        Command::Volume(args) => cmd::volume::run(global, args),
+        Command::Status(args) => cmd::status::run(global, args),
+        Command::Bench(args) => cmd::bench::run(global, args),
         Command::Engine(EngineCommand::Bench(args)) => cmd::engine_bench::run(global, args),
         Command::Engine(EngineCommand::Fill(args)) => cmd::engine_fill::run(global, args),
         Command::Engine(EngineCommand::Torture(args)) => cmd::engine_torture::run(global, args),

@@ -19,7 +19,7 @@ use platform::{AlignedBuffer, Disk, DiskCompletion, DiskError, DiskOp, DiskReque
 use crate::index::{Index, IndexEntry};
 use crate::layout::{
     page_crc, Geometry, JournalEntry, JournalEntryKind, MetaEntry, RecordError, RecordHeader, Superblock,
-    SuperblockError, PAGE_SIZE_BYTES, SUPERBLOCK_SIZE_BYTES,
+    SuperblockError, FORMAT_VERSION, PAGE_SIZE_BYTES, SUPERBLOCK_SIZE_BYTES,
 };
 use crate::meta_cache::{Lookup, MetaCache, Waiter};
 use crate::{Completion, EngineError, FormatError, ObjectId, OpenError, Reply, Request, SpaceStats};
@@ -37,6 +37,8 @@ const FLUSH_IO_DEPTH: usize = 16;
 /// read (record headers and pages of superseded writes lie between them).
 const FLUSH_READ_GAP_MAX_BYTES: u64 = 128 * 1024;
 const FLUSH_READ_SIZE_MAX_BYTES: u64 = 1 << 20;
+/// Adjacent metadata pages the flusher writes with one request.
+const META_WRITE_PAGES_MAX: usize = 64;
 
 #[derive(Debug, Clone)]
 pub struct FormatOptions {
@@ -51,19 +53,47 @@ pub struct FormatOptions {
 pub struct EngineOptions {
     /// RAM for cached metadata pages (checksums); object data is never cached.
     pub meta_cache_bytes: usize,
+    /// Journal records (group commits) written at once; writes are acknowledged in record
+    /// order. One writes each record only after the previous one is durable.
+    pub records_in_flight_max: usize,
+    /// While a record is in flight, writes wait for the next record until they hold this many
+    /// bytes (data pages plus their entries); a burst of writes is spread over several records
+    /// of about this size, written in parallel.
+    pub record_split_bytes: u32,
 }
 
 impl Default for EngineOptions {
     fn default() -> EngineOptions {
-        EngineOptions { meta_cache_bytes: 64 << 20 }
+        EngineOptions { meta_cache_bytes: 64 << 20, records_in_flight_max: 8, record_split_bytes: 32 << 10 }
     }
+}
+
+/// Counters of the engine's own work since it was opened, for measurement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Journal records written, their entries and their bytes (headers and data).
+    pub records_written: u64,
+    pub record_entries_written: u64,
+    pub record_bytes_written: u64,
+    /// The most records that were in flight at once.
+    pub records_in_flight_peak: u64,
+    /// Flusher jobs finished, journaled pages they copied into data blocks, and the writes
+    /// that took (adjacent pages share a write).
+    pub flusher_jobs: u64,
+    pub flusher_pages_copied: u64,
+    pub flusher_copy_writes: u64,
+    /// Metadata pages the flusher wrote, and the writes that took (adjacent pages share one).
+    pub flusher_meta_pages_written: u64,
+    pub flusher_meta_writes: u64,
+    /// Flushes the flusher issued, its superblock writes included.
+    pub flusher_barriers: u64,
 }
 
 /// What each in-flight disk request is for.
 #[derive(Debug)]
 enum Io {
     BigData { write: u64 },
-    JournalRecord,
+    JournalRecord { seq: u64 },
     ReadRun { read: u64, run: usize },
     MetaLoad { page: u32 },
     FlushCopyRead { run: usize },
@@ -81,6 +111,18 @@ struct PendingEntry {
     /// The caller's version; `None`: the engine's next.
     version: Option<u64>,
     kind: PendingKind,
+}
+
+impl PendingEntry {
+    /// Bytes the entry takes in a record: its data pages and its header entry.
+    fn record_bytes(&self, pages_per_object: u32) -> u64 {
+        let (pages, crcs) = match &self.kind {
+            PendingKind::Small { page_crcs, .. } => (page_crcs.len(), page_crcs.len()),
+            PendingKind::Big { .. } => (0, pages_per_object as usize),
+            PendingKind::Delete => (0, 0),
+        };
+        (pages * PAGE_USIZE + JournalEntry::encoded_size_bytes_for(crcs)) as u64
+    }
 }
 
 enum PendingKind {
@@ -165,6 +207,17 @@ struct RecordInFlight {
     offset_bytes: u64,
     size_bytes: u64,
     entries: Vec<SealedEntry>,
+    /// The write's result, once it completed; the record commits when every earlier one has.
+    outcome: Option<Result<(), DiskError>>,
+}
+
+/// What the records in flight do to an object, for sealing further records before they
+/// commit: the version to go above and whether the object will own a block.
+struct SealedObject {
+    version: u64,
+    has_block: bool,
+    /// The last record in flight with an entry for the object.
+    record_seq: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -308,11 +361,22 @@ pub struct Engine<D: Disk> {
     /// Objects with a whole-object write in its data phase, and the writes queued behind it.
     object_queues: HashMap<ObjectId, VecDeque<QueuedWrite>>,
     pending: VecDeque<PendingEntry>,
+    /// Bytes the pending entries would take in a record (data pages plus entries).
+    pending_bytes: u64,
 
+    /// Where the next record goes: right after the last one sealed.
     journal_head_bytes: u64,
     next_record_seq: u64,
+    /// Every record from the journal tail on, sealed ones in flight included.
     records: VecDeque<RecordInfo>,
-    record_in_flight: Option<RecordInFlight>,
+    /// Records written and not yet committed, in seq order.
+    records_in_flight: VecDeque<RecordInFlight>,
+    /// Every record up to this seq is durable and its writes acknowledged.
+    committed_seq: u64,
+    /// Objects with entries in records in flight.
+    sealed_objects: HashMap<ObjectId, SealedObject>,
+    /// Set when a record write failed: later records are failed too, since replay stops there.
+    journal_failure: Option<String>,
     flushed_seq: u64,
     journal_pins: BTreeMap<u64, u32>,
     /// Block holds the flusher gave up, released when the journal tail passes the job's last
@@ -333,6 +397,9 @@ pub struct Engine<D: Disk> {
     reads: HashMap<u64, ReadOp>,
     meta_cache: MetaCache,
     flush_job: Option<FlushJob>,
+    records_in_flight_max: usize,
+    record_split_bytes: u64,
+    stats: EngineStats,
 }
 
 fn invalid(reason: impl Into<String>) -> EngineError {
@@ -364,6 +431,7 @@ impl<D: Disk> Engine<D> {
         // the first one (the nonce protects the rest).
         sync_io(&mut disk, DiskOp::Write, geometry.journal_offset_bytes, AlignedBuffer::zeroed(PAGE_USIZE))?;
         let superblock = Superblock {
+            format_version: FORMAT_VERSION,
             geometry,
             generation: 1,
             nonce: options.nonce,
@@ -393,6 +461,8 @@ impl<D: Disk> Engine<D> {
         copies.sort_by_key(|(_, copy)| std::cmp::Reverse(copy.generation));
         for (slot, copy) in &mut copies {
             copy.osd_id = osd_id;
+            // Harmless before the journal is replayed: this build reads version 1 records.
+            copy.format_version = FORMAT_VERSION;
             let encoded = AlignedBuffer::from_slice(&copy.encode());
             sync_io(disk, DiskOp::WriteFlush, *slot * SUPERBLOCK_SIZE_BYTES, encoded)?;
         }
@@ -455,10 +525,14 @@ impl<D: Disk> Engine<D> {
             big_writes: HashMap::new(),
             object_queues: HashMap::new(),
             pending: VecDeque::new(),
+            pending_bytes: 0,
             journal_head_bytes: superblock.journal_tail_offset_bytes,
             next_record_seq: superblock.journal_tail_seq,
             records: VecDeque::new(),
-            record_in_flight: None,
+            records_in_flight: VecDeque::new(),
+            committed_seq: superblock.journal_tail_seq - 1,
+            sealed_objects: HashMap::new(),
+            journal_failure: None,
             flushed_seq: superblock.journal_tail_seq - 1,
             journal_pins: BTreeMap::new(),
             blocks_awaiting_trim: VecDeque::new(),
@@ -470,6 +544,9 @@ impl<D: Disk> Engine<D> {
             reads: HashMap::new(),
             meta_cache: MetaCache::new(options.meta_cache_bytes / PAGE_USIZE),
             flush_job: None,
+            records_in_flight_max: options.records_in_flight_max.max(1),
+            record_split_bytes: u64::from(options.record_split_bytes),
+            stats: EngineStats::default(),
         };
         // Versions of deletes that were flushed and trimmed survive only in the superblock.
         engine.last_version = superblock.version_floor;
@@ -480,23 +557,31 @@ impl<D: Disk> Engine<D> {
         // reused). When it already names it, opening writes nothing.
         let other_copy = (engine.superblock.generation + 1) % 2;
         let other = read_superblock(&mut engine.disk, other_copy * SUPERBLOCK_SIZE_BYTES)?;
-        if other.is_ok_and(|other| {
+        let other_agrees = other.as_ref().is_ok_and(|other| {
             other.journal_tail_seq == engine.superblock.journal_tail_seq
                 && other.journal_tail_offset_bytes == engine.superblock.journal_tail_offset_bytes
-        }) {
+                && other.format_version == FORMAT_VERSION
+        });
+        if other_agrees && engine.superblock.format_version == FORMAT_VERSION {
             return Ok(engine);
         }
-        let mut superblock = engine.superblock.clone();
-        superblock.generation += 1;
-        superblock.version_floor = superblock.version_floor.max(engine.last_version);
-        let copy = superblock.generation % 2;
-        sync_io(
-            &mut engine.disk,
-            DiskOp::WriteFlush,
-            copy * SUPERBLOCK_SIZE_BYTES,
-            AlignedBuffer::from_slice(&superblock.encode()),
-        )?;
-        engine.superblock = superblock;
+        // A version 1 engine gets both copies rewritten at this build's version before it
+        // writes a record that version 1 could misread (see `FORMAT_VERSION`).
+        let copies_to_write = if engine.superblock.format_version == FORMAT_VERSION { 1 } else { 2 };
+        for _ in 0..copies_to_write {
+            let mut superblock = engine.superblock.clone();
+            superblock.format_version = FORMAT_VERSION;
+            superblock.generation += 1;
+            superblock.version_floor = superblock.version_floor.max(engine.last_version);
+            let copy = superblock.generation % 2;
+            sync_io(
+                &mut engine.disk,
+                DiskOp::WriteFlush,
+                copy * SUPERBLOCK_SIZE_BYTES,
+                AlignedBuffer::from_slice(&superblock.encode()),
+            )?;
+            engine.superblock = superblock;
+        }
         Ok(engine)
     }
 
@@ -557,31 +642,38 @@ impl<D: Disk> Engine<D> {
 
     /// Replays journal records from the superblock's tail.
     ///
-    /// | what is found at the next position          | meaning                      | action          |
-    /// |---------------------------------------------|------------------------------|-----------------|
-    /// | no magic/nonce, or a stale (lower) seq      | end of the log, or rot of an | scan for later  |
-    /// |                                             | acknowledged record's first  | records: none = |
-    /// |                                             | bytes                        | end, some =     |
-    /// |                                             |                              | corrupt         |
-    /// | the expected seq, valid header and data     | a committed record           | apply, continue |
-    /// | the expected seq (or magic) but a bad crc   | torn last group commit, or   | scan for later  |
-    /// |                                             | rot of an acknowledged one   | records: none = |
-    /// |                                             |                              | torn (discard), |
-    /// |                                             |                              | some = corrupt  |
-    /// | (after the loop) the last valid record, not | its write+flush was in flight| discard it      |
-    /// | followed by a torn one, names a data block  | at the crash: the header     |                 |
-    /// | whose pages fail the entry's checksums      | landed, the data did not     |                 |
+    /// Records are written several at a time, and each is sealed with `durable_seq`: every
+    /// record up to that seq was durable, and its writes acknowledged, when it was sealed.
+    /// Writes are acknowledged in record order, so a crash leaves a durable, acknowledged prefix
+    /// followed by the records that were in flight, each of them missing, torn or whole.
+    /// Replay follows the chain from the tail (each record starts right after the previous one,
+    /// or at the ring's start when it did not fit) to the first seq, `end`, it cannot read
+    /// whole, then reads every record header in the journal and decides:
     ///
-    /// Group commits are strictly sequential (the next record is written only after the
-    /// previous one is durable), so only the last record can be torn, and every record followed
-    /// by another one, torn or not, was durable together with the data blocks it names.
+    /// | what is found                                          | meaning                          | action              |
+    /// |--------------------------------------------------------|----------------------------------|---------------------|
+    /// | a valid header (in the chain or after it) whose        | record `end` was durable and     | fail open:          |
+    /// | `durable_seq >= end`                                   | acknowledged, then damaged       | `JournalCorrupt`    |
+    /// | no such header                                         | `end` was in flight at the crash,| drop `end` and every|
+    /// |                                                        | so no later record was           | later record        |
+    /// |                                                        | acknowledged                     | (torn tail)         |
+    /// | a chain record above every `durable_seq` seen names a  | in flight at the crash: its      | drop it and every   |
+    /// | data block whose pages fail the entry's checksums      | header landed, the block did not | later record        |
+    ///
+    /// The dropped records and every header with seq `end` or above are then erased (first
+    /// page zeroed, then flushed) before the engine writes anything. New records reuse those
+    /// seqs and journal space; a stale record left behind could later be taken for a new
+    /// record's successor, or for proof that a reused seq was durable.
+    ///
+    /// Rot cannot be told from a crash in the records no later header proves durable (the last
+    /// `records_in_flight_max` records at most): damage there drops them like a torn tail.
     fn replay_journal(&mut self) -> Result<(), OpenError> {
         let g = self.geometry;
+        let tail_seq = self.superblock.journal_tail_seq;
         let mut position = self.superblock.journal_tail_offset_bytes;
-        let mut seq = self.superblock.journal_tail_seq;
-        let mut records: Vec<(u64, RecordHeader)> = Vec::new();
-        let mut torn_record_follows = false;
-        loop {
+        let mut seq = tail_seq;
+        let mut chain: Vec<(u64, RecordHeader)> = Vec::new();
+        let broken = loop {
             let mut candidates = vec![position];
             if position != g.journal_offset_bytes {
                 candidates.push(g.journal_offset_bytes);
@@ -601,109 +693,126 @@ impl<D: Disk> Engine<D> {
                     RecordRead::Broken(reason) => broken = broken.or(Some((candidate, reason))),
                 }
             }
-            match found {
-                Some((offset, header)) => {
-                    let size = u64::from(header.header_size_bytes) + u64::from(header.data_size_bytes);
-                    records.push((offset, header));
-                    position = offset + size;
-                    seq += 1;
-                    if position >= g.journal_end_bytes() {
-                        position = g.journal_offset_bytes;
-                    }
-                }
-                None => {
-                    if let Some((offset, reason)) = broken {
-                        if self.journal_has_record_after(seq)? {
-                            return Err(OpenError::JournalCorrupt { seq, offset_bytes: offset, reason });
-                        }
-                        // Torn last group commit: never acknowledged. Erase its header so a later
-                        // record with the same seq elsewhere cannot be confused with it.
-                        sync_io(&mut self.disk, DiskOp::WriteFlush, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
-                        torn_record_follows = true;
-                    } else if self.journal_has_record_after(seq - 1)? {
-                        // Nothing that looks like record `seq` is where it must be, yet a record
-                        // with this seq or a later one exists: the record was durable (later ones
-                        // are written only after it) and its first bytes rotted. Stopping here
-                        // would silently drop it and every acknowledged record after it.
-                        return Err(OpenError::JournalCorrupt {
-                            seq,
-                            offset_bytes: position,
-                            reason: "no record header where the record must start".into(),
-                        });
-                    }
-                    break;
-                }
+            let Some((offset, header)) = found else { break broken };
+            let size = u64::from(header.header_size_bytes) + u64::from(header.data_size_bytes);
+            chain.push((offset, header));
+            position = offset + size;
+            seq += 1;
+            if position >= g.journal_end_bytes() {
+                position = g.journal_offset_bytes;
             }
+        };
+        let end_seq = seq;
+        let headers = self.scan_journal_headers(end_seq)?;
+        let proven_seq = chain
+            .iter()
+            .map(|(_, header)| header.durable_seq)
+            .chain(headers.iter().filter_map(|seen| seen.durable_seq))
+            .fold(tail_seq - 1, u64::max);
+        if proven_seq >= end_seq {
+            // A record sealed after `end` was durable says so: `end` was acknowledged, and it
+            // (or, when nothing is found where it must start, its first bytes) rotted. Stopping
+            // here would silently drop it and every acknowledged record after it.
+            let (offset_bytes, reason) =
+                broken.unwrap_or_else(|| (position, "no record header where the record must start".into()));
+            return Err(OpenError::JournalCorrupt { seq: end_seq, offset_bytes, reason });
         }
-        if !torn_record_follows {
-            if let Some((offset, header)) = records.last() {
-                if !self.whole_object_data_landed(header)? {
-                    // Never acknowledged (its write+flush did not complete), so it is dropped
-                    // like a torn record, header erased.
-                    let (offset, header) = (*offset, header.clone());
-                    sync_io(&mut self.disk, DiskOp::WriteFlush, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
-                    records.pop();
-                    position = offset;
-                    seq = header.seq;
-                }
+        let mut kept = chain.len();
+        while let Some(cut) = self.first_record_not_landed(&chain[..kept], proven_seq)? {
+            kept = cut;
+        }
+        let mut erase: Vec<u64> = chain[kept..]
+            .iter()
+            .map(|(offset, _)| *offset)
+            .chain(headers.iter().map(|seen| seen.offset_bytes))
+            .collect();
+        erase.sort_unstable();
+        erase.dedup();
+        for &offset in &erase {
+            sync_io(&mut self.disk, DiskOp::Write, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
+        }
+        if !erase.is_empty() {
+            sync_io(&mut self.disk, DiskOp::Flush, 0, AlignedBuffer::empty())?;
+        }
+        chain.truncate(kept);
+        let (head, next_seq) = match chain.last() {
+            Some((offset, header)) => {
+                let end = offset + u64::from(header.header_size_bytes) + u64::from(header.data_size_bytes);
+                (if end >= g.journal_end_bytes() { g.journal_offset_bytes } else { end }, header.seq + 1)
             }
-        }
-        for (offset, header) in &records {
+            None => (self.superblock.journal_tail_offset_bytes, tail_seq),
+        };
+        for (offset, header) in &chain {
             self.apply_replayed_record(*offset, header);
         }
-        self.journal_head_bytes = position;
-        self.next_record_seq = seq;
+        self.journal_head_bytes = head;
+        self.next_record_seq = next_seq;
+        self.committed_seq = next_seq - 1;
         Ok(())
     }
 
-    /// Whether the data blocks named by the record's whole-object writes hold what the entries
-    /// say. Only asked of the last record: every earlier one was durable, data included, before
-    /// the next was written; and afterwards a block may legitimately change, because the
-    /// flusher copies later small writes of the object into it in place. Within the record the
-    /// same holds: pages a later small write of the same record covers may have been
-    /// overwritten, and a block that a later whole-object write or delete of the same record
-    /// supersedes is never read again.
-    fn whole_object_data_landed(&mut self, header: &RecordHeader) -> Result<bool, OpenError> {
+    /// The first record of `chain` that may have been in flight at the crash (above
+    /// `proven_seq`) and names a data block that does not hold what its whole-object write
+    /// says: the record's header landed, the data did not, so it was never acknowledged.
+    ///
+    /// A record's write is submitted only after its data blocks are written, and it is durable
+    /// only once they are, so a record no later header proves durable is checked. Pages that a
+    /// later small write of the object (in the record or after it) covers are not checked: the
+    /// flusher may have copied that write into the block in place. A block that a later
+    /// whole-object write or delete supersedes is never read again, so it is not checked
+    /// either; if that later record is dropped, the caller asks again without it.
+    fn first_record_not_landed(
+        &mut self,
+        chain: &[(u64, RecordHeader)],
+        proven_seq: u64,
+    ) -> Result<Option<usize>, OpenError> {
         let g = self.geometry;
         let pages = g.pages_per_object() as usize;
-        for (at, entry) in header.entries.iter().enumerate() {
-            let JournalEntryKind::Big { block } = entry.kind else { continue };
-            if self.index.get(entry.object).is_some_and(|clean| clean.version >= entry.version) {
-                continue; // Already flushed.
-            }
-            let mut checked = vec![true; pages];
-            let mut superseded = false;
-            for later in header.entries[at + 1..].iter().filter(|later| later.object == entry.object) {
-                match later.kind {
-                    JournalEntryKind::Small { offset_pages, .. } => {
-                        let first = offset_pages as usize;
-                        checked[first..first + later.page_crcs.len()].fill(false);
-                    }
-                    JournalEntryKind::Big { .. } | JournalEntryKind::Delete => {
-                        superseded = true;
-                        break;
-                    }
-                }
-            }
-            if superseded {
+        for (index, (_, header)) in chain.iter().enumerate() {
+            if header.seq <= proven_seq {
                 continue;
             }
-            let bytes = sync_io(
-                &mut self.disk,
-                DiskOp::Read,
-                g.block_offset_bytes(block),
-                AlignedBuffer::zeroed(pages * PAGE_USIZE),
-            )?;
-            let landed = bytes
-                .chunks_exact(PAGE_USIZE)
-                .zip(&entry.page_crcs)
-                .zip(&checked)
-                .all(|((page, crc), checked)| !checked || page_crc(page) == *crc);
-            if !landed {
-                return Ok(false);
+            for (at, entry) in header.entries.iter().enumerate() {
+                let JournalEntryKind::Big { block } = entry.kind else { continue };
+                if self.index.get(entry.object).is_some_and(|clean| clean.version >= entry.version) {
+                    continue; // Already flushed.
+                }
+                let mut checked = vec![true; pages];
+                let mut superseded = false;
+                let later_entries =
+                    header.entries[at + 1..].iter().chain(chain[index + 1..].iter().flat_map(|(_, later)| &later.entries));
+                for later in later_entries.filter(|later| later.object == entry.object) {
+                    match later.kind {
+                        JournalEntryKind::Small { offset_pages, .. } => {
+                            let first = offset_pages as usize;
+                            checked[first..first + later.page_crcs.len()].fill(false);
+                        }
+                        JournalEntryKind::Big { .. } | JournalEntryKind::Delete => {
+                            superseded = true;
+                            break;
+                        }
+                    }
+                }
+                if superseded {
+                    continue;
+                }
+                let bytes = sync_io(
+                    &mut self.disk,
+                    DiskOp::Read,
+                    g.block_offset_bytes(block),
+                    AlignedBuffer::zeroed(pages * PAGE_USIZE),
+                )?;
+                let landed = bytes
+                    .chunks_exact(PAGE_USIZE)
+                    .zip(&entry.page_crcs)
+                    .zip(&checked)
+                    .all(|((page, crc), checked)| !checked || page_crc(page) == *crc);
+                if !landed {
+                    return Ok(Some(index));
+                }
             }
         }
-        Ok(true)
+        Ok(None)
     }
 
     fn read_record(&mut self, offset: u64, seq: u64) -> Result<RecordRead, OpenError> {
@@ -770,23 +879,46 @@ impl<D: Disk> Engine<D> {
         Ok(RecordRead::Valid(header))
     }
 
-    fn journal_has_record_after(&mut self, seq: u64) -> Result<bool, OpenError> {
+    /// Every record header in the journal with seq `from_seq` or above (magic and nonce
+    /// match), with the `durable_seq` of those above `from_seq` whose header is whole.
+    fn scan_journal_headers(&mut self, from_seq: u64) -> Result<Vec<HeaderSeen>, OpenError> {
         let g = self.geometry;
+        let nonce = self.superblock.nonce;
         let chunk_bytes = 4u64 << 20;
+        let mut seen = Vec::new();
         let mut offset = g.journal_offset_bytes;
         while offset < g.journal_end_bytes() {
             let len = chunk_bytes.min(g.journal_end_bytes() - offset);
             let bytes = sync_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(len as usize))?;
-            for page in bytes.chunks_exact(PAGE_USIZE) {
-                if let Ok((found, _, _)) = RecordHeader::peek(page, self.superblock.nonce) {
-                    if found > seq {
-                        return Ok(true);
-                    }
+            for (index, page) in bytes.chunks_exact(PAGE_USIZE).enumerate() {
+                let Ok((seq, _, _)) = RecordHeader::peek(page, nonce) else { continue };
+                if seq < from_seq {
+                    continue;
                 }
+                seen.push(HeaderSeen { offset_bytes: offset + (index * PAGE_USIZE) as u64, seq, durable_seq: None });
             }
             offset += len;
         }
-        Ok(false)
+        for header in &mut seen {
+            if header.seq == from_seq {
+                continue;
+            }
+            let first = sync_io(&mut self.disk, DiskOp::Read, header.offset_bytes, AlignedBuffer::zeroed(PAGE_USIZE))?;
+            let Ok((_, header_size, _)) = RecordHeader::peek(&first, nonce) else { continue };
+            let header_size = u64::from(header_size);
+            if header_size == 0 || header_size % PAGE != 0 || header.offset_bytes + header_size > g.journal_end_bytes() {
+                continue;
+            }
+            let whole = if header_size == PAGE {
+                first
+            } else {
+                sync_io(&mut self.disk, DiskOp::Read, header.offset_bytes, AlignedBuffer::zeroed(header_size as usize))?
+            };
+            if let Ok(decoded) = RecordHeader::decode(&whole, nonce, g.pages_per_object()) {
+                header.durable_seq = Some(decoded.durable_seq);
+            }
+        }
+        Ok(seen)
     }
 
     fn apply_replayed_record(&mut self, offset_bytes: u64, header: &RecordHeader) {
@@ -883,6 +1015,16 @@ impl<D: Disk> Engine<D> {
     /// Heap bytes of the per-object index (the RAM budget's subject).
     pub fn index_memory_bytes(&self) -> usize {
         self.index.memory_bytes() + self.block_refs.capacity() * size_of::<u16>()
+    }
+
+    /// Counters of the engine's work since it was opened.
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    /// Journal records written and not yet committed.
+    pub fn records_in_flight(&self) -> usize {
+        self.records_in_flight.len()
     }
 
     pub fn poisoned(&self) -> Option<&str> {
@@ -1033,6 +1175,9 @@ impl<D: Disk> Engine<D> {
     }
 
     fn submit_io(&mut self, io: Io, op: DiskOp, offset_bytes: u64, buffer: AlignedBuffer) {
+        if matches!(io, Io::FlushBarrier | Io::Superblock) {
+            self.stats.flusher_barriers += 1;
+        }
         let id = self.next_io_id;
         self.next_io_id += 1;
         self.ios.insert(id, io);
@@ -1045,6 +1190,7 @@ impl<D: Disk> Engine<D> {
         }
         let reason = self.poisoned.clone().expect("set above");
         let pending: Vec<PendingEntry> = self.pending.drain(..).collect();
+        self.pending_bytes = 0;
         for entry in pending {
             self.writes_in_flight.remove(&entry.write_seq);
             if let PendingKind::Big { block, .. } = entry.kind {
@@ -1236,13 +1382,13 @@ impl<D: Disk> Engine<D> {
             }
             _ => unreachable!(),
         };
-        self.pending.push_back(PendingEntry { write_seq, user_data, object, version, kind });
+        self.push_pending(PendingEntry { write_seq, user_data, object, version, kind });
     }
 
     fn on_big_data(&mut self, write_seq: u64, result: Result<(), DiskError>) {
         let big = self.big_writes.remove(&write_seq).expect("big write in flight");
         match result {
-            Ok(()) => self.pending.push_back(PendingEntry {
+            Ok(()) => self.push_pending(PendingEntry {
                 write_seq,
                 user_data: big.user_data,
                 object: big.object,
@@ -1280,25 +1426,68 @@ impl<D: Disk> Engine<D> {
         }
     }
 
-    /// Seals pending entries into one journal record (group commit) when none is in flight.
-    fn seal_record(&mut self) {
-        if self.record_in_flight.is_some() || self.pending.is_empty() || self.poisoned.is_some() {
-            return;
+    /// Seals pending entries into journal records (group commit), several in flight at once.
+    ///
+    /// With no record in flight, whatever is pending goes at once (a lone write waits for
+    /// nothing). While records are in flight, a new one is sealed only once the pending entries
+    /// fill `record_split_bytes`, so records stay large enough to share their write and flush;
+    /// a burst is spread over the free slots, so its records are written in parallel.
+    fn seal_records(&mut self) {
+        while self.poisoned.is_none() && !self.pending.is_empty() {
+            let in_flight = self.records_in_flight.len();
+            if in_flight >= self.records_in_flight_max {
+                return;
+            }
+            if in_flight > 0 && self.pending_bytes < self.record_split_bytes {
+                return;
+            }
+            let free_slots = (self.records_in_flight_max - in_flight) as u64;
+            let target_bytes = self.record_split_bytes.max(self.pending_bytes.div_ceil(free_slots));
+            if !self.seal_record(target_bytes) {
+                return;
+            }
         }
+    }
+
+    fn push_pending(&mut self, entry: PendingEntry) {
+        self.pending_bytes += entry.record_bytes(self.geometry.pages_per_object());
+        self.pending.push_back(entry);
+    }
+
+    fn pop_pending(&mut self) -> Option<PendingEntry> {
+        let entry = self.pending.pop_front()?;
+        self.pending_bytes -= entry.record_bytes(self.geometry.pages_per_object());
+        Some(entry)
+    }
+
+    /// The version `object` must go above and whether it will own a block, counting records
+    /// in flight.
+    fn sealed_version(&self, object: ObjectId) -> Option<u64> {
+        match self.sealed_objects.get(&object) {
+            Some(sealed) => Some(sealed.version),
+            None => self.known_version(object),
+        }
+    }
+
+    fn sealed_has_block(&self, object: ObjectId) -> bool {
+        match self.sealed_objects.get(&object) {
+            Some(sealed) => sealed.has_block,
+            None => self.object_has_block(object),
+        }
+    }
+
+    /// Seals one record of pending entries holding about `target_bytes` (at least one entry)
+    /// and submits its write. Returns whether a record was written.
+    fn seal_record(&mut self, target_bytes: u64) -> bool {
         let pages_per_object = self.geometry.pages_per_object();
+        let seq = self.next_record_seq;
         let mut entries: Vec<SealedEntry> = Vec::new();
         let mut data_pages: u32 = 0;
         let mut journal_entries: Vec<JournalEntry> = Vec::new();
         // Header bytes of `journal_entries`, kept as they grow rather than summed again.
         let mut entry_bytes = 0;
+        let mut taken_bytes = 0;
         let mut datas: Vec<AlignedBuffer> = Vec::new();
-        // Objects whose block state changed earlier in this record: object -> has a block.
-        // A small write that reserves a block counts as a block too (see `object_has_block`):
-        // the reservation is tracked here, not through `dirty.reserved`, because a delete
-        // sealed earlier in this record releases the old reservation when it commits.
-        let mut block_state: HashMap<ObjectId, bool> = HashMap::new();
-        // Versions given to objects earlier in this record.
-        let mut record_versions: HashMap<ObjectId, u64> = HashMap::new();
         let limit = RECORD_SIZE_MAX_BYTES.min(self.geometry.journal_size_bytes / 4);
         while let Some(front) = self.pending.front() {
             let (entry_pages, crc_count) = match &front.kind {
@@ -1306,19 +1495,23 @@ impl<D: Disk> Engine<D> {
                 PendingKind::Big { .. } => (0, pages_per_object as usize),
                 PendingKind::Delete => (0, 0),
             };
+            let front_bytes = front.record_bytes(pages_per_object);
+            if !entries.is_empty() && taken_bytes + front_bytes > target_bytes {
+                break;
+            }
             let with_entry_bytes = entry_bytes + JournalEntry::encoded_size_bytes_for(crc_count);
             let size = u64::from(RecordHeader::size_bytes_for_entry_bytes(with_entry_bytes))
                 + u64::from(data_pages + entry_pages) * PAGE;
             if size > limit || self.journal_place(size).is_none() {
                 break;
             }
-            let pending = self.pending.pop_front().expect("front exists");
+            taken_bytes += front_bytes;
+            let pending = self.pop_pending().expect("front exists");
             let object = pending.object;
             let version = match pending.version {
                 None => self.last_version + 1,
                 Some(version) => {
-                    let current = record_versions.get(&object).copied().or_else(|| self.known_version(object));
-                    if let Some(current) = current.filter(|&current| current >= version) {
+                    if let Some(current) = self.sealed_version(object).filter(|&current| current >= version) {
                         if let PendingKind::Big { block, .. } = pending.kind {
                             self.release_block(block);
                         }
@@ -1329,9 +1522,11 @@ impl<D: Disk> Engine<D> {
                     version
                 }
             };
-            record_versions.insert(object, version);
-            let has_block = *block_state.entry(object).or_insert_with(|| self.object_has_block(object));
-            let (kind, crcs, reserves_block) = match pending.kind {
+            // Small writes after a delete (or on an object without a block) reserve the block
+            // the flusher will give the object; a delete sealed earlier (in this record or one
+            // in flight) releases the old reservation only when it commits, which happens first.
+            let has_block = self.sealed_has_block(object);
+            let (kind, crcs, reserves_block, has_block) = match pending.kind {
                 PendingKind::Small { offset_pages, data, page_crcs } => {
                     let mut reserves_block = false;
                     if !has_block {
@@ -1345,22 +1540,16 @@ impl<D: Disk> Engine<D> {
                         }
                         self.reserved_blocks += 1;
                         reserves_block = true;
-                        block_state.insert(object, true);
                     }
                     let kind = JournalEntryKind::Small { offset_pages, data_offset_pages: data_pages };
                     data_pages += entry_pages;
                     datas.push(data);
-                    (kind, page_crcs, reserves_block)
+                    (kind, page_crcs, reserves_block, true)
                 }
-                PendingKind::Big { block, page_crcs } => {
-                    block_state.insert(object, true);
-                    (JournalEntryKind::Big { block }, page_crcs, false)
-                }
-                PendingKind::Delete => {
-                    block_state.insert(object, false);
-                    (JournalEntryKind::Delete, Vec::new(), false)
-                }
+                PendingKind::Big { block, page_crcs } => (JournalEntryKind::Big { block }, page_crcs, false, true),
+                PendingKind::Delete => (JournalEntryKind::Delete, Vec::new(), false, false),
             };
+            self.sealed_objects.insert(object, SealedObject { version, has_block, record_seq: seq });
             self.last_version = self.last_version.max(version);
             let entry = JournalEntry { object, version, kind, page_crcs: crcs };
             entry_bytes += JournalEntry::encoded_size_bytes_for(entry.page_crcs.len());
@@ -1375,14 +1564,16 @@ impl<D: Disk> Engine<D> {
         // Backpressure: with no room for even one entry, writers wait for the flusher to trim.
         self.journal_full = entries.is_empty() && !self.pending.is_empty();
         if entries.is_empty() {
-            return;
+            return false;
         }
         let header_size = RecordHeader::size_bytes_for(&journal_entries);
         let size = u64::from(header_size) + u64::from(data_pages) * PAGE;
         let offset = self.journal_place(size).expect("space was checked");
+        assert!(self.committed_seq < seq);
         let header = RecordHeader {
-            seq: self.next_record_seq,
+            seq,
             nonce: self.superblock.nonce,
+            durable_seq: self.committed_seq,
             header_size_bytes: header_size,
             data_size_bytes: data_pages * PAGE_SIZE_BYTES,
             entries: journal_entries,
@@ -1394,69 +1585,95 @@ impl<D: Disk> Engine<D> {
             buffer[at..at + data.len()].copy_from_slice(data);
             at += data.len();
         }
-        self.record_in_flight = Some(RecordInFlight {
-            seq: header.seq,
+        let mut objects: Vec<ObjectId> = entries.iter().map(|sealed| sealed.entry.object).collect();
+        objects.sort_unstable();
+        objects.dedup();
+        self.records.push_back(RecordInfo { seq, offset_bytes: offset, size_bytes: size, objects });
+        self.journal_head_bytes = offset + size;
+        self.next_record_seq = seq + 1;
+        // A record of small writes and deletes needs only itself durable. One naming whole-object
+        // writes also needs their data blocks durable, which only a flush covers.
+        let has_whole_object_write =
+            entries.iter().any(|sealed| matches!(sealed.entry.kind, JournalEntryKind::Big { .. }));
+        self.stats.records_written += 1;
+        self.stats.record_entries_written += entries.len() as u64;
+        self.stats.record_bytes_written += size;
+        self.records_in_flight.push_back(RecordInFlight {
+            seq,
             header_size_bytes: header_size,
             offset_bytes: offset,
             size_bytes: size,
             entries,
+            outcome: None,
         });
-        // A record of small writes and deletes needs only itself durable. One naming whole-object
-        // writes also needs their data blocks durable, which only a flush covers.
-        let has_whole_object_write = self
-            .record_in_flight
-            .as_ref()
-            .expect("set above")
-            .entries
-            .iter()
-            .any(|sealed| matches!(sealed.entry.kind, JournalEntryKind::Big { .. }));
+        self.stats.records_in_flight_peak = self.stats.records_in_flight_peak.max(self.records_in_flight.len() as u64);
         let op = if has_whole_object_write { DiskOp::WriteFlush } else { DiskOp::WriteFua };
-        self.submit_io(Io::JournalRecord, op, offset, buffer);
+        self.submit_io(Io::JournalRecord { seq }, op, offset, buffer);
+        true
     }
 
-    fn on_record_written(&mut self, result: Result<(), DiskError>) {
-        let record = self.record_in_flight.take().expect("record in flight");
-        if let Err(error) = result {
-            // What reached the disk is unknown: stop taking writes until a restart replays.
-            let reason = format!("journal write at offset_bytes={} failed: {error}", record.offset_bytes);
-            for sealed in record.entries {
-                if sealed.reserves_block {
-                    self.reserved_blocks -= 1;
+    fn on_record_written(&mut self, seq: u64, result: Result<(), DiskError>) {
+        let first_seq = self.records_in_flight.front().expect("record in flight").seq;
+        let record = &mut self.records_in_flight[(seq - first_seq) as usize];
+        assert_eq!(record.seq, seq);
+        assert!(record.outcome.is_none());
+        record.outcome = Some(result);
+        self.commit_records();
+    }
+
+    /// Commits finished records in seq order: a record's writes are acknowledged only when it
+    /// and every earlier record are durable, because replay stops at the first record missing.
+    fn commit_records(&mut self) {
+        while self.records_in_flight.front().is_some_and(|record| record.outcome.is_some()) {
+            let mut record = self.records_in_flight.pop_front().expect("checked");
+            for sealed in &record.entries {
+                let object = sealed.entry.object;
+                if self.sealed_objects.get(&object).is_some_and(|sealed| sealed.record_seq == record.seq) {
+                    self.sealed_objects.remove(&object);
                 }
-                if let JournalEntryKind::Big { block } = sealed.entry.kind {
-                    self.release_block(block);
-                }
-                self.finish_write(
-                    sealed.write_seq,
-                    sealed.user_data,
-                    Err(EngineError::Poisoned { reason: reason.clone() }),
-                );
             }
-            self.poison(reason);
-            return;
+            match record.outcome.take().expect("checked") {
+                Ok(()) if self.journal_failure.is_none() => self.commit_record(record),
+                outcome => {
+                    // What reached the disk is unknown, and replay stops at the first record
+                    // missing: stop taking writes until a restart replays.
+                    let reason = match outcome {
+                        Err(error) => format!("journal write at offset_bytes={} failed: {error}", record.offset_bytes),
+                        Ok(()) => self.journal_failure.clone().expect("an earlier record failed"),
+                    };
+                    self.journal_failure.get_or_insert_with(|| reason.clone());
+                    for sealed in record.entries {
+                        if sealed.reserves_block {
+                            self.reserved_blocks -= 1;
+                        }
+                        if let JournalEntryKind::Big { block } = sealed.entry.kind {
+                            self.release_block(block);
+                        }
+                        self.finish_write(
+                            sealed.write_seq,
+                            sealed.user_data,
+                            Err(EngineError::Poisoned { reason: reason.clone() }),
+                        );
+                    }
+                    self.poison(reason);
+                }
+            }
         }
+    }
+
+    fn commit_record(&mut self, record: RecordInFlight) {
+        assert_eq!(record.seq, self.committed_seq + 1);
+        self.committed_seq = record.seq;
         let data_offset = record.offset_bytes + u64::from(record.header_size_bytes);
-        self.journal_head_bytes = record.offset_bytes + record.size_bytes;
-        self.next_record_seq = record.seq + 1;
-        let mut objects = Vec::with_capacity(record.entries.len());
         for sealed in record.entries {
             self.commit_entry(record.seq, data_offset, &sealed.entry, sealed.reserves_block);
-            objects.push(sealed.entry.object);
             let reply = match sealed.entry.kind {
                 JournalEntryKind::Delete => Reply::Deleted { version: sealed.entry.version },
                 _ => Reply::Written { version: sealed.entry.version },
             };
             self.finish_write(sealed.write_seq, sealed.user_data, Ok(reply));
         }
-        objects.sort_unstable();
-        objects.dedup();
         self.unflushed_bytes += record.size_bytes;
-        self.records.push_back(RecordInfo {
-            seq: record.seq,
-            offset_bytes: record.offset_bytes,
-            size_bytes: record.size_bytes,
-            objects,
-        });
     }
 
     /// Adds a durable journal entry to its object's committed history.
@@ -1747,7 +1964,7 @@ impl<D: Disk> Engine<D> {
     // The flusher.
 
     fn flusher_has_work(&self) -> bool {
-        let unflushed = self.records.back().is_some_and(|record| record.seq > self.flushed_seq);
+        let unflushed = self.committed_seq > self.flushed_seq;
         let tail_seq = self.superblock.journal_tail_seq;
         let trimmable = self.next_tail().1 != tail_seq || self.older_copy_tail_seq != tail_seq;
         unflushed || trimmable
@@ -1790,7 +2007,7 @@ impl<D: Disk> Engine<D> {
         let records: Vec<(u64, Vec<ObjectId>)> = self
             .records
             .iter()
-            .filter(|record| record.seq > self.flushed_seq)
+            .filter(|record| record.seq > self.flushed_seq && record.seq <= self.committed_seq)
             .take(FLUSH_JOB_RECORDS_MAX)
             .take_while(|record| {
                 let take = job_bytes == 0 || job_bytes + record.size_bytes <= job_bytes_max;
@@ -2086,6 +2303,8 @@ impl<D: Disk> Engine<D> {
             }
             if let Some((target, buffer)) = job.copy_writes.pop_front() {
                 job.ios_pending += 1;
+                self.stats.flusher_copy_writes += 1;
+                self.stats.flusher_pages_copied += buffer.len() as u64 / PAGE;
                 self.submit_io(Io::FlushCopyWrite, DiskOp::Write, target, buffer);
                 continue;
             }
@@ -2194,10 +2413,21 @@ impl<D: Disk> Engine<D> {
             let entry = MetaEntry { object: flush.object, version: new.version, page_bitmap: bitmap, page_crcs: crcs };
             MetaEntry::encode(Some(&entry), slot);
         }
-        for &page in &job.meta_pages {
-            let bytes = AlignedBuffer::from_slice(self.meta_cache.get(page).expect("pinned page"));
-            job.ios_pending += 1;
-            self.submit_io(Io::MetaWrite, DiskOp::Write, g.meta_page_offset_bytes(page), bytes);
+        // Adjacent pages go out as one write: a job touches most metadata pages of a busy
+        // region, and a few large writes cost the drive far less than one per page.
+        let pages: Vec<u32> = job.meta_pages.iter().copied().collect();
+        for run in pages.chunk_by(|a, b| b - a == 1) {
+            for run in run.chunks(META_WRITE_PAGES_MAX) {
+                let mut bytes = AlignedBuffer::zeroed(run.len() * PAGE_USIZE);
+                for (index, &page) in run.iter().enumerate() {
+                    let at = index * PAGE_USIZE;
+                    bytes[at..at + PAGE_USIZE].copy_from_slice(self.meta_cache.get(page).expect("pinned page"));
+                }
+                job.ios_pending += 1;
+                self.stats.flusher_meta_writes += 1;
+                self.stats.flusher_meta_pages_written += run.len() as u64;
+                self.submit_io(Io::MetaWrite, DiskOp::Write, g.meta_page_offset_bytes(run[0]), bytes);
+            }
         }
         self.flush_job = Some(job);
         if let Some(reason) = failure {
@@ -2208,6 +2438,7 @@ impl<D: Disk> Engine<D> {
     /// The job's writes are done: switch the in-memory flushed state, then move the tail.
     fn flush_apply(&mut self) {
         let mut job = self.flush_job.take().expect("job");
+        self.stats.flusher_jobs += 1;
         for flush in std::mem::take(&mut job.objects) {
             let dirty = self.dirty.get_mut(&flush.object).expect("dirty object");
             let consumed: Vec<DirtyEntry> = dirty.entries.drain(..flush.consumed).collect();
@@ -2293,7 +2524,7 @@ impl<D: Disk> Engine<D> {
         let DiskCompletion { buffer, result, offset_bytes, .. } = completion;
         match io {
             Io::BigData { write } => self.on_big_data(write, result),
-            Io::JournalRecord => self.on_record_written(result),
+            Io::JournalRecord { seq } => self.on_record_written(seq, result),
             Io::ReadRun { read, run } => self.on_read_run(read, run, buffer, result),
             Io::MetaLoad { page } => self.on_meta_load(page, buffer, result),
             Io::FlushCopyRead { run } => self.on_flush_copy_read(run, buffer, result),
@@ -2311,9 +2542,17 @@ impl<D: Disk> Engine<D> {
         self.advance_flush_job();
         self.maybe_start_flush_job();
         self.advance_flush_job();
-        self.seal_record();
+        self.seal_records();
         self.complete_flush_waiters();
     }
+}
+
+/// A record header found anywhere in the journal (see `scan_journal_headers`).
+struct HeaderSeen {
+    offset_bytes: u64,
+    seq: u64,
+    /// `durable_seq` of a whole header above the seq asked about.
+    durable_seq: Option<u64>,
 }
 
 enum RecordRead {

@@ -6,7 +6,14 @@
 
 use crate::ObjectId;
 
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes. Version 2 journals may hold several records that
+/// were in flight together (each header says which earlier records were durable when it was
+/// sealed); version 1 wrote them one at a time. This build reads both and upgrades a version 1
+/// superblock when it opens it, so a build that knows only version 1 refuses the engine instead
+/// of misreading a crash-time journal.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build opens.
+pub const FORMAT_VERSION_MIN: u32 = 1;
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"BSLTENG1");
 pub const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"BSLTJREC");
 
@@ -192,6 +199,8 @@ pub fn page_crc(page: &[u8]) -> u32 {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
+    /// The version this copy was written with (`encode` always writes `FORMAT_VERSION`).
+    pub format_version: u32,
     pub geometry: Geometry,
     /// Incremented on every superblock write; the copy with the highest valid generation wins.
     pub generation: u64,
@@ -214,7 +223,7 @@ pub struct Superblock {
 pub enum SuperblockError {
     #[error("no Basalt superblock (bad magic)")]
     NotBasalt,
-    #[error("Basalt engine format version {found} is not supported (this build reads version {FORMAT_VERSION})")]
+    #[error("Basalt engine format version {found} is not supported (this build reads versions {FORMAT_VERSION_MIN} to {FORMAT_VERSION})")]
     Version { found: u32 },
     #[error("superblock checksum mismatch")]
     Checksum,
@@ -229,7 +238,9 @@ impl Superblock {
         let mut b = vec![0u8; SUPERBLOCK_SIZE_BYTES as usize];
         let g = &self.geometry;
         put_u64(&mut b, 0, SUPERBLOCK_MAGIC);
-        put_u32(&mut b, 8, FORMAT_VERSION);
+        // Only this build's version is ever written (opening a version 1 engine upgrades it).
+        assert_eq!(self.format_version, FORMAT_VERSION);
+        put_u32(&mut b, 8, self.format_version);
         // 12: crc.
         put_u64(&mut b, 16, self.generation);
         put_u64(&mut b, 24, self.nonce);
@@ -259,7 +270,7 @@ impl Superblock {
             return Err(SuperblockError::Checksum);
         }
         let version = get_u32(b, 8);
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
             return Err(SuperblockError::Version { found: version });
         }
         let geometry = Geometry {
@@ -273,6 +284,7 @@ impl Superblock {
             block_count: get_u32(b, 88),
         };
         let superblock = Superblock {
+            format_version: version,
             geometry,
             generation: get_u64(b, 16),
             nonce: get_u64(b, 24),
@@ -438,6 +450,11 @@ impl JournalEntry {
 pub struct RecordHeader {
     pub seq: u64,
     pub nonce: u64,
+    /// When this record was sealed, every record up to this seq was durable (and acknowledged);
+    /// records between it and `seq` were still in flight. Stored at offset 40 as
+    /// `seq - 1 - durable_seq`, the number of records in flight ahead of this one, so the zero
+    /// of a version 1 header means what version 1 guaranteed: one record at a time.
+    pub durable_seq: u64,
     pub header_size_bytes: u32,
     pub data_size_bytes: u32,
     pub entries: Vec<JournalEntry>,
@@ -459,6 +476,8 @@ const ENTRY_KIND_SMALL: u8 = 1;
 const ENTRY_KIND_BIG: u8 = 2;
 const ENTRY_KIND_DELETE: u8 = 3;
 const RECORD_CRC_AT: usize = 36;
+/// Records in flight ahead of this one when it was sealed (zero in version 1).
+const RECORD_IN_FLIGHT_AT: usize = 40;
 
 impl RecordHeader {
     /// Size in bytes of the header holding `entries`, rounded up to whole pages.
@@ -484,6 +503,8 @@ impl RecordHeader {
         put_u32(b, 24, self.header_size_bytes);
         put_u32(b, 28, self.data_size_bytes);
         put_u32(b, 32, self.entries.len() as u32);
+        assert!(self.durable_seq < self.seq);
+        put_u64(b, RECORD_IN_FLIGHT_AT, self.seq - 1 - self.durable_seq);
         let mut at = RECORD_HEADER_BYTES;
         for entry in &self.entries {
             let (kind, a, c) = match entry.kind {
@@ -535,6 +556,11 @@ impl RecordHeader {
             return malformed("data size is not whole pages");
         }
         let data_pages = data_size_bytes / PAGE_SIZE_BYTES;
+        let in_flight_before = get_u64(b, RECORD_IN_FLIGHT_AT);
+        if in_flight_before >= seq {
+            return malformed("more records in flight than came before");
+        }
+        let durable_seq = seq - 1 - in_flight_before;
         let entry_count = get_u32(b, 32) as usize;
         let mut entries = Vec::with_capacity(entry_count.min(header_size / JOURNAL_ENTRY_HEADER_BYTES));
         let mut at = RECORD_HEADER_BYTES;
@@ -581,7 +607,7 @@ impl RecordHeader {
             at += 4 * page_count as usize;
             entries.push(JournalEntry { object, version, kind, page_crcs });
         }
-        Ok(RecordHeader { seq, nonce, header_size_bytes, data_size_bytes, entries })
+        Ok(RecordHeader { seq, nonce, durable_seq, header_size_bytes, data_size_bytes, entries })
     }
 }
 
@@ -601,6 +627,7 @@ mod tests {
                 );
                 assert!(g.block_count >= 16);
                 let sb = Superblock {
+                    format_version: FORMAT_VERSION,
                     geometry: g,
                     generation: 3,
                     nonce: 99,
@@ -621,6 +648,7 @@ mod tests {
     fn superblock_detects_damage() {
         let g = Geometry::compute(1 << 30, 131072, None).unwrap();
         let sb = Superblock {
+            format_version: FORMAT_VERSION,
             geometry: g,
             generation: 1,
             nonce: 7,
@@ -636,6 +664,13 @@ mod tests {
             assert!(Superblock::decode(&bad).is_err(), "bit {bit}");
         }
         assert_eq!(Superblock::decode(&vec![0u8; 4096]), Err(SuperblockError::NotBasalt));
+        assert_eq!(Superblock::decode(&good).unwrap(), sb);
+        // A version 1 copy still decodes, and says so.
+        let mut v1 = good.clone();
+        put_u32(&mut v1, 8, 1);
+        let crc = crc_with_hole(&v1, Superblock::CRC_AT);
+        put_u32(&mut v1, Superblock::CRC_AT, crc);
+        assert_eq!(Superblock::decode(&v1).unwrap().format_version, 1);
     }
 
     #[test]
@@ -682,6 +717,7 @@ mod tests {
         let header = RecordHeader {
             seq: 5,
             nonce: 1234,
+            durable_seq: 2,
             header_size_bytes: RecordHeader::size_bytes_for(&entries),
             data_size_bytes: 2 * 4096,
             entries,
@@ -689,6 +725,17 @@ mod tests {
         let mut buffer = vec![0u8; header.header_size_bytes as usize];
         header.encode(&mut buffer);
         assert_eq!(RecordHeader::decode(&buffer, 1234, 32).unwrap(), header);
+        // Version 1 headers keep zero there: every earlier record was durable.
+        let mut v1 = buffer.clone();
+        put_u64(&mut v1, RECORD_IN_FLIGHT_AT, 0);
+        let crc = crc_with_hole(&v1, RECORD_CRC_AT);
+        put_u32(&mut v1, RECORD_CRC_AT, crc);
+        assert_eq!(RecordHeader::decode(&v1, 1234, 32).unwrap().durable_seq, 4);
+        let mut too_many = buffer.clone();
+        put_u64(&mut too_many, RECORD_IN_FLIGHT_AT, 5);
+        let crc = crc_with_hole(&too_many, RECORD_CRC_AT);
+        put_u32(&mut too_many, RECORD_CRC_AT, crc);
+        assert!(matches!(RecordHeader::decode(&too_many, 1234, 32), Err(RecordError::Malformed { .. })));
         assert_eq!(RecordHeader::decode(&buffer, 1235, 32), Err(RecordError::Absent));
         let mut bad = buffer.clone();
         bad[60] ^= 1;

@@ -17,7 +17,7 @@ mod index;
 pub mod layout;
 mod meta_cache;
 
-pub use engine::{Engine, EngineOptions, FormatOptions};
+pub use engine::{Engine, EngineOptions, EngineStats, FormatOptions};
 pub use layout::{OBJECT_SIZE_DEFAULT_BYTES, OBJECT_SIZE_MAX_BYTES, OBJECT_SIZE_MIN_BYTES, PAGE_SIZE_BYTES};
 pub use platform::{AlignedBuffer, DiskError};
 

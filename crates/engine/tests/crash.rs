@@ -27,7 +27,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::{classify_page, env_count, format_disk, pattern_buffer, CrashDisk, DiskControl, PageContent, PAGE_BYTES};
-use engine::{Completion, Engine, ObjectId, Reply, Request};
+use engine::{Completion, Engine, EngineOptions, ObjectId, Reply, Request};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use sim::{SimDisk, SimDiskOptions};
@@ -199,6 +199,23 @@ struct Crasher {
     next_tag: u64,
     /// Every version acknowledged or read back before the current cycle is below this.
     version_floor: u64,
+    options: EngineOptions,
+    coverage: Coverage,
+}
+
+/// How often the crashes hit what the test is for, summed over seeds.
+#[derive(Debug, Default, Clone, Copy)]
+struct Coverage {
+    crashes: u64,
+    /// Crashes with two or more journal records in flight.
+    crashes_with_records_in_flight: u64,
+}
+
+impl std::ops::AddAssign for Coverage {
+    fn add_assign(&mut self, other: Coverage) {
+        self.crashes += other.crashes;
+        self.crashes_with_records_in_flight += other.crashes_with_records_in_flight;
+    }
 }
 
 impl Crasher {
@@ -223,12 +240,20 @@ impl Crasher {
         let tear_in_flight = rng.gen_ratio(3, 4);
         let disk = CrashDisk::new(disk, tear_in_flight, seed);
         let disk = format_disk(disk, u64::from(object_size_bytes), journal_size_bytes);
+        // Records written one at a time (as format version 1 did), or several in flight: one
+        // entry each while others are in flight (the most records and the most orders of
+        // completion), or a few pages each.
+        let options = EngineOptions {
+            records_in_flight_max: [1, 2, 4, 8][rng.gen_range(0..4)],
+            record_split_bytes: [1, 4096, 16384][rng.gen_range(0..3)],
+            ..common::engine_options()
+        };
         let pages_per_object = object_size_bytes / PAGE_BYTES as u32;
         let control = disk.control();
         Crasher {
             control,
             rng,
-            engine: Some(common::open(disk)),
+            engine: Some(Engine::open(disk, &options).expect("open")),
             object_size_bytes,
             pages_per_object,
             objects: (0..OBJECT_COUNT).map(|_| ObjectHistory::new(pages_per_object)).collect(),
@@ -236,6 +261,8 @@ impl Crasher {
             next_user_data: 1,
             next_tag: 1,
             version_floor: 1,
+            options,
+            coverage: Coverage::default(),
         }
     }
 
@@ -385,10 +412,15 @@ impl Crasher {
 
     /// Power loss, reopen, and the checks described in the module doc.
     fn crash_and_check(&mut self) {
-        let mut disk = self.engine.take().expect("engine").into_disk();
+        let engine = self.engine.take().expect("engine");
+        self.coverage.crashes += 1;
+        if engine.records_in_flight() >= 2 {
+            self.coverage.crashes_with_records_in_flight += 1;
+        }
+        let mut disk = engine.into_disk();
         disk.crash();
         self.in_flight.clear();
-        let engine = match Engine::open(disk, &common::engine_options()) {
+        let engine = match Engine::open(disk, &self.options) {
             Ok(engine) => engine,
             Err(error) => panic!("open after the crash failed: {error}"),
         };
@@ -467,7 +499,7 @@ impl Crasher {
 }
 
 /// Crash cycles at random completion indices.
-fn run_random_seed(seed: u64) {
+fn run_random_seed(seed: u64) -> Coverage {
     let _guard = SeedGuard(seed);
     let mut crasher = Crasher::new(seed);
     for _ in 0..CYCLE_COUNT {
@@ -478,6 +510,23 @@ fn run_random_seed(seed: u64) {
         let poll_count = crasher.rng.gen_range(0..50);
         crasher.run_flusher(poll_count);
         crasher.crash_and_check();
+    }
+    crasher.coverage
+}
+
+/// Runs the random seeds of one parity and checks that enough crashes caught several journal
+/// records in flight (written in parallel, completing in any order, torn or landing in part).
+fn run_random_seeds(parity: u64) {
+    let mut coverage = Coverage::default();
+    for seed in seeds(env_count("BASALT_CRASH_SEEDS", 2000) / 2, parity) {
+        coverage += run_random_seed(seed);
+    }
+    eprintln!("{coverage:?}");
+    if coverage.crashes >= 300 {
+        assert!(
+            coverage.crashes_with_records_in_flight * 10 >= coverage.crashes,
+            "too few crashes with several records in flight: {coverage:?}"
+        );
     }
 }
 
@@ -510,16 +559,12 @@ fn seeds(count: u64, parity: u64) -> Vec<u64> {
 
 #[test]
 fn crash_at_random_points_512_byte_sectors() {
-    for seed in seeds(env_count("BASALT_CRASH_SEEDS", 2000) / 2, 0) {
-        run_random_seed(seed);
-    }
+    run_random_seeds(0);
 }
 
 #[test]
 fn crash_at_random_points_4096_byte_sectors() {
-    for seed in seeds(env_count("BASALT_CRASH_SEEDS", 2000) / 2, 1) {
-        run_random_seed(seed);
-    }
+    run_random_seeds(1);
 }
 
 #[test]

@@ -103,6 +103,12 @@ impl WatchStream {
         }
     }
 
+    /// Whether no event is ready now (events of one transaction arrive together, so a consumer
+    /// can wait for this before acting on a batch).
+    pub fn is_empty(&self) -> bool {
+        self.receiver.is_empty()
+    }
+
     /// Runs `on_drop` when the stream is dropped, so a backend can cancel the watch at its
     /// source (the remote client tells the server).
     pub fn with_on_drop(mut self, on_drop: impl FnOnce() + Send + 'static) -> WatchStream {

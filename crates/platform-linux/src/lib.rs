@@ -1,11 +1,12 @@
 //! Linux implementations of Basalt's platform traits.
 //!
 //! [`UringDisk`] implements [`platform::Disk`] on one io_uring per disk, for a regular file or a
-//! block device opened with `O_DIRECT`. This crate is an edge crate: it is one of the few that may
+//! block device opened with `O_DIRECT`. Its [`CompletionNotifier`] (an eventfd the ring signals)
+//! lets an event loop wait for disk completions and sockets on one thread. This crate is an edge crate: it is one of the few that may
 //! touch io_uring and libc, so the deterministic crates never do.
 
 mod open;
 mod uring_disk;
 
 pub use open::OpenDiskError;
-pub use uring_disk::{UringDisk, UringOptions};
+pub use uring_disk::{CompletionNotifier, UringDisk, UringOptions};

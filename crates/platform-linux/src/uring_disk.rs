@@ -13,12 +13,16 @@
 //! or the kernel at once, and the rest wait in `pending`. Because the completion ring has twice as
 //! many entries as the submission ring, that bound also keeps the completion ring from
 //! overflowing.
+//!
+//! [`UringDisk::completion_notifier`] registers an eventfd that the kernel signals whenever the
+//! ring posts a completion, so an event loop can wait for disk completions and sockets together
+//! (tokio's `AsyncFd` on the same thread) instead of blocking in `wait`.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -147,6 +151,52 @@ pub struct UringDisk {
     wait_block_count: u64,
     /// CQEs that arrived after their round had ended.
     stale_cqe_count: u64,
+    /// Whether an eventfd is registered with the ring (at most one can be).
+    eventfd_registered: bool,
+}
+
+/// An eventfd the ring signals each time it posts a completion (`IORING_REGISTER_EVENTFD`).
+///
+/// It becomes readable when a completion may be waiting. The owner calls [`clear`](Self::clear)
+/// before reaping, so a completion posted after the reap signals it again and none is missed.
+/// Non-blocking and close-on-exec; the ring holds its own reference, so dropping this only stops
+/// the notifications from being seen.
+#[derive(Debug)]
+pub struct CompletionNotifier {
+    fd: OwnedFd,
+}
+
+impl CompletionNotifier {
+    /// Resets the eventfd's counter, so it stays unreadable until the next completion.
+    pub fn clear(&self) {
+        let mut counter = [0u8; 8];
+        loop {
+            // SAFETY: reads at most 8 bytes into a live local array from an open descriptor.
+            let rc = unsafe { libc::read(self.fd.as_raw_fd(), counter.as_mut_ptr().cast(), counter.len()) };
+            if rc >= 0 {
+                // An eventfd read returns the whole counter and resets it.
+                return;
+            }
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // Already zero.
+                Some(libc::EAGAIN) => return,
+                _ => panic!("reading the completion eventfd failed: {}", io::Error::last_os_error()),
+            }
+        }
+    }
+}
+
+impl AsRawFd for CompletionNotifier {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for CompletionNotifier {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 impl UringDisk {
@@ -203,7 +253,29 @@ impl UringDisk {
             wait_spin_hit_count: 0,
             wait_block_count: 0,
             stale_cqe_count: 0,
+            eventfd_registered: false,
         })
+    }
+
+    /// Creates an eventfd and registers it with the ring: from now on the kernel signals it for
+    /// every completion it posts. A ring takes one eventfd; a second call fails with `EBUSY`.
+    ///
+    /// Submissions still reach the kernel only in `reap` and `wait`: an event loop that waits on
+    /// the notifier calls `reap` after queueing requests, and again whenever the notifier fires.
+    pub fn completion_notifier(&mut self) -> io::Result<CompletionNotifier> {
+        if self.eventfd_registered {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        // SAFETY: eventfd only reads its integer arguments.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a descriptor eventfd just opened, owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        self.ring.submitter().register_eventfd(fd.as_raw_fd())?;
+        self.eventfd_registered = true;
+        Ok(CompletionNotifier { fd })
     }
 
     /// Creates the regular file `path` if it is missing and allocates its first `size_bytes`
@@ -906,6 +978,53 @@ mod tests {
             Err(DiskError::Short { offset_bytes: end_bytes - 4096, done_bytes: 4096, expected_bytes: 16384 })
         );
         assert_eq!(completions[2].result, Ok(()));
+    }
+
+    /// Whether the notifier becomes readable within `timeout_ms`.
+    fn readable(notifier: &CompletionNotifier, timeout_ms: i32) -> bool {
+        let mut pollfd = libc::pollfd { fd: notifier.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd, pointing at a live local.
+        let rc = unsafe { libc::poll(&mut pollfd, 1, timeout_ms) };
+        assert!(rc >= 0, "poll failed: {}", io::Error::last_os_error());
+        rc == 1
+    }
+
+    #[test]
+    fn completion_notifier_fires_for_completions_until_cleared() {
+        let file = TempFile::new("notifier", MIB as u64);
+        let mut disk = UringDisk::open(&file.path, options(8, 0)).expect("open");
+        let notifier = disk.completion_notifier().expect("register the eventfd");
+        let second = disk.completion_notifier().unwrap_err();
+        assert_eq!(second.raw_os_error(), Some(libc::EBUSY));
+        assert!(!readable(&notifier, 0));
+
+        for (id, op) in [(1, DiskOp::WriteFlush), (2, DiskOp::Read), (3, DiskOp::Flush)] {
+            let buffer = if op == DiskOp::Flush { AlignedBuffer::empty() } else { pattern(id, 8 * KIB) };
+            disk.submit(request(id, op, 0, buffer));
+            let mut completions = Vec::new();
+            // The request reaches the kernel in `reap`; each completion it posts signals the
+            // eventfd, and clearing it before reaping loses none.
+            disk.reap(&mut completions);
+            while completions.is_empty() {
+                assert!(readable(&notifier, 10_000), "no notification for request {id}");
+                notifier.clear();
+                disk.reap(&mut completions);
+            }
+            assert_eq!(completions.len(), 1);
+            assert_eq!(completions[0].id, id);
+            assert_eq!(completions[0].result, Ok(()));
+            assert!(!readable(&notifier, 0), "the notifier stays readable after request {id}");
+        }
+        // A request that completed before its notification was looked at still left it set.
+        disk.submit(request(4, DiskOp::Read, 0, AlignedBuffer::zeroed(4 * KIB)));
+        let mut completions = Vec::new();
+        disk.reap(&mut completions);
+        disk.wait();
+        disk.reap(&mut completions);
+        assert_eq!(completions.len(), 1);
+        assert!(readable(&notifier, 0));
+        notifier.clear();
+        assert!(!readable(&notifier, 0));
     }
 
     #[test]

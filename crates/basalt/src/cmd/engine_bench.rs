@@ -36,6 +36,7 @@ use serde::Serialize;
 use crate::device;
 use crate::pipeline;
 use crate::size::{format_bytes, parse_bytes};
+use crate::stats::{mean_us, percentile_ns, round_to};
 use crate::Global;
 
 const MIB: u64 = 1 << 20;
@@ -472,8 +473,7 @@ fn run_workload(
     let io_count = latencies_ns.len() as u64;
     let runtime_s = runtime.as_secs_f64();
     let iops = io_count as f64 / runtime_s;
-    let lat_mean_us =
-        if io_count == 0 { 0.0 } else { latencies_ns.iter().sum::<u64>() as f64 / io_count as f64 / 1000.0 };
+    let lat_mean_us = mean_us(&latencies_ns);
     let lat_p99_us = percentile_ns(&mut latencies_ns, 0.99) as f64 / 1000.0;
     Ok(Outcome {
         workload: workload.name,
@@ -483,20 +483,6 @@ fn run_workload(
         mib_s: round_to(iops * io_size_bytes as f64 / MIB as f64, 1),
         cpu_s,
     })
-}
-
-/// The smallest sample at or above `fraction` of the samples (nearest rank), or zero.
-fn percentile_ns(samples: &mut [u64], fraction: f64) -> u64 {
-    if samples.is_empty() {
-        return 0;
-    }
-    let rank = ((samples.len() as f64 * fraction).ceil() as usize).clamp(1, samples.len());
-    *samples.select_nth_unstable(rank - 1).1
-}
-
-fn round_to(value: f64, decimals: i32) -> f64 {
-    let scale = 10f64.powi(decimals);
-    (value * scale).round() / scale
 }
 
 /// User plus system CPU seconds of this process, from /proc/self/stat.
@@ -518,16 +504,7 @@ fn process_cpu_seconds() -> anyhow::Result<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{percentile_ns, process_cpu_seconds, select_workloads, Region};
-
-    #[test]
-    fn percentile_is_nearest_rank() {
-        let mut samples: Vec<u64> = (1..=100).rev().collect();
-        assert_eq!(percentile_ns(&mut samples, 0.99), 99);
-        assert_eq!(percentile_ns(&mut samples, 0.5), 50);
-        assert_eq!(percentile_ns(&mut [7], 0.99), 7);
-        assert_eq!(percentile_ns(&mut [], 0.99), 0);
-    }
+    use super::{process_cpu_seconds, select_workloads, Region};
 
     #[test]
     fn workloads_are_chosen_by_name_in_suite_order() {

@@ -1,8 +1,15 @@
 //! The subcommands, one module each, named `<noun>_<verb>` after the command line.
 
+pub mod bench;
 pub mod engine_bench;
 pub mod engine_fill;
 pub mod engine_torture;
 pub mod engine_verify;
+pub mod mon;
+pub mod osd_admin;
 pub mod osd_info;
 pub mod osd_init;
+pub mod osd_run;
+pub mod pool;
+pub mod status;
+pub mod volume;

@@ -37,7 +37,7 @@ pub fn sim_disk(options: SimDiskOptions) -> SimDisk {
 
 /// A small metadata cache, so cache misses and evictions happen in tests too.
 pub fn engine_options() -> EngineOptions {
-    EngineOptions { meta_cache_bytes: 16 * PAGE_BYTES }
+    EngineOptions { meta_cache_bytes: 16 * PAGE_BYTES, ..EngineOptions::default() }
 }
 
 pub fn open<D: Disk>(disk: D) -> Engine<D> {
@@ -176,8 +176,9 @@ pub fn classify_page(bytes: &[u8], object: ObjectId, page: u32) -> Result<PageCo
 // A disk whose power loss may land part of the writes in flight.
 
 /// Wraps a `SimDisk`. `SimDisk::crash` drops every request still in flight; a real drive may
-/// have written some sectors of them (a journal record submitted as write+flush and torn by the
-/// power loss). With `tear_in_flight`, `crash` lands a random part of each write in flight too.
+/// have written some or all sectors of them (journal records submitted together and torn by
+/// the power loss). With `tear_in_flight`, `crash` lands a random part (possibly all, possibly
+/// none) of each write in flight too.
 pub struct CrashDisk {
     pub inner: SimDisk,
     /// Changes requested while an engine owns the disk, applied at its next call.
@@ -237,13 +238,15 @@ impl CrashDisk {
         let sector_bytes = self.inner.options().sector_size_bytes as usize;
         for (_, (offset_bytes, data)) in in_flight {
             let sector_count = data.len() / sector_bytes;
-            let landed: Vec<bool> = match self.rng.gen_range(0..4) {
+            let landed: Vec<bool> = match self.rng.gen_range(0..5) {
                 0 => {
                     // In order, cut short.
                     let kept = self.rng.gen_range(0..sector_count);
                     (0..sector_count).map(|index| index < kept).collect()
                 }
                 1 => (0..sector_count).map(|_| self.rng.gen_bool(0.5)).collect(),
+                // Whole: the write reached the media, its completion did not reach the engine.
+                2 => vec![true; sector_count],
                 _ => continue,
             };
             for (index, sector) in data.chunks_exact(sector_bytes).enumerate() {

@@ -1,0 +1,186 @@
+//! The admin commands' side of the mon's JSON HTTP API (`docs/design/api.md`): a small
+//! blocking client, the `--api`/`--json` options they share, and aligned tables for people.
+//!
+//! The client is synchronous (`ureq`), so these commands need no async runtime. An API error
+//! answer (`{"error": "..."}`) becomes the command's one-line error; a mon that cannot be
+//! reached is named with the address tried.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// The API address used when neither `--api` nor `BASALT_API` gives one.
+pub const API_ADDRESS_DEFAULT: &str = "127.0.0.1:8080";
+/// How long one API request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Options of every command that talks to the API.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApiArgs {
+    /// The mon API address, HOST:PORT or http://HOST:PORT [env: BASALT_API] [default: 127.0.0.1:8080].
+    #[arg(long = "api", value_name = "ADDR", global = true)]
+    pub api: Option<String>,
+    /// Print the API's JSON answer instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl ApiArgs {
+    /// `--api`, else `BASALT_API`, else [`API_ADDRESS_DEFAULT`].
+    pub fn address(&self) -> String {
+        self.api
+            .clone()
+            .or_else(|| std::env::var("BASALT_API").ok().filter(|value| !value.trim().is_empty()))
+            .unwrap_or_else(|| API_ADDRESS_DEFAULT.to_string())
+    }
+
+    pub fn client(&self) -> ApiClient {
+        ApiClient::new(&self.address())
+    }
+}
+
+pub struct ApiClient {
+    agent: ureq::Agent,
+    /// `http://host:port/api/v1`.
+    base_url: String,
+}
+
+impl ApiClient {
+    pub fn new(address: &str) -> ApiClient {
+        let address = address.trim().trim_end_matches('/');
+        let root = if address.starts_with("http://") || address.starts_with("https://") {
+            address.to_string()
+        } else {
+            format!("http://{address}")
+        };
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .build()
+            .into();
+        ApiClient { agent, base_url: format!("{root}/api/v1") }
+    }
+
+    pub fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.request("GET", path, None)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.request("POST", path, Some(body))
+    }
+
+    pub fn patch(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.request("PATCH", path, Some(body))
+    }
+
+    pub fn delete(&self, path: &str) -> anyhow::Result<Value> {
+        self.request("DELETE", path, None)
+    }
+
+    /// Sends one request; a 2xx answer's JSON, or the API's error message as the error.
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base_url);
+        let body = body.map(|body| body.to_string());
+        let result = match (method, body) {
+            ("GET", _) => self.agent.get(&url).call(),
+            ("DELETE", _) => self.agent.delete(&url).call(),
+            ("POST", Some(body)) => self.agent.post(&url).content_type("application/json").send(body.as_bytes()),
+            ("PATCH", Some(body)) => self.agent.patch(&url).content_type("application/json").send(body.as_bytes()),
+            (method, _) => unreachable!("no {method} request without a body"),
+        };
+        let mut response = result.map_err(|error| {
+            anyhow!(
+                "cannot reach the basalt API at {}: {error} (is `basalt mon` running? set --api or BASALT_API)",
+                self.base_url.trim_end_matches("/api/v1")
+            )
+        })?;
+        let status = response.status();
+        let text =
+            response.body_mut().read_to_string().with_context(|| format!("reading the answer to {method} {url}"))?;
+        let value: Option<Value> = serde_json::from_str(&text).ok();
+        if status.is_success() {
+            return value.ok_or_else(|| anyhow!("{method} {url} answered {status} with a body that is not JSON"));
+        }
+        match value.as_ref().and_then(|value| value["error"].as_str()) {
+            Some(message) => bail!("{message}"),
+            None => bail!("{method} {url} answered {status}: {}", text.trim()),
+        }
+    }
+}
+
+/// Decodes an API answer into its view type.
+pub fn decode<T: DeserializeOwned>(value: Value) -> anyhow::Result<T> {
+    serde_json::from_value(value)
+        .context("the API answer does not have the expected shape (is the mon the same version?)")
+}
+
+/// Percent-encodes one path segment (names are validated by the API, but must reach it intact).
+pub fn segment(name: &str) -> String {
+    let mut encoded = String::with_capacity(name.len());
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+/// Prints the JSON answer, pretty.
+pub fn print_json(value: &Value) {
+    println!("{}", serde_json::to_string_pretty(value).expect("JSON values serialize"));
+}
+
+/// Prints rows under headers, columns aligned by two spaces; nothing but the headers if empty.
+pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|header| header.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (index, (cell, width)) in cells.iter().zip(&widths).enumerate() {
+            if index + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        println!("{}", text.trim_end());
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// A list for a table cell: `a,b`, or `-` when empty.
+pub fn list_cell(items: &[String]) -> String {
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items.join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_keep_names_and_escape_the_rest() {
+        assert_eq!(segment("db-1.a_b"), "db-1.a_b");
+        assert_eq!(segment("a/b c"), "a%2Fb%20c");
+    }
+
+    #[test]
+    fn addresses_get_a_scheme_and_the_api_prefix() {
+        assert_eq!(ApiClient::new("127.0.0.1:1").base_url, "http://127.0.0.1:1/api/v1");
+        assert_eq!(ApiClient::new("http://h:2/").base_url, "http://h:2/api/v1");
+    }
+}

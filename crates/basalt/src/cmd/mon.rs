@@ -1,0 +1,106 @@
+//! `basalt mon`: runs a monitor on etcd, on a store served by another mon, or on an embedded
+//! store it opens and serves itself.
+//!
+//! With `--embedded DIR --meta-listen ADDR` the process is the whole metadata service of a
+//! cluster without etcd: OSDs, gateways and other mons use `--meta basalt://ADDR`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use meta::MetaStore;
+use mon::stderr_log::{self, Level};
+use mon::MonConfig;
+use tokio::net::TcpListener;
+
+use crate::Global;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The metadata store: http://HOST:PORT[,...] (etcd) or basalt://HOST:PORT (a store served
+    /// by `basalt mon --embedded`).
+    #[arg(
+        long = "etcd",
+        visible_alias = "meta",
+        value_name = "URL",
+        required_unless_present = "embedded",
+        conflicts_with = "embedded"
+    )]
+    pub meta_url: Option<String>,
+    /// Open (or create) an embedded metadata store in DIR and serve it on --meta-listen.
+    #[arg(long, value_name = "DIR", requires = "meta_listen")]
+    pub embedded: Option<PathBuf>,
+    /// Where to serve the embedded store; OSDs then use --meta basalt://ADDR.
+    #[arg(long = "meta-listen", value_name = "ADDR", requires = "embedded")]
+    pub meta_listen: Option<String>,
+    /// Where to serve the JSON HTTP API.
+    #[arg(long = "api", value_name = "ADDR", default_value = crate::api_client::API_ADDRESS_DEFAULT)]
+    pub api: String,
+    /// The mon's name in the leader record and logs [default: the host name].
+    #[arg(long = "id", value_name = "NAME")]
+    pub id: Option<String>,
+}
+
+pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
+    stderr_log::install(if global.quiet { Level::WARN } else { Level::INFO });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("basalt-mon")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let (store, meta_url): (Arc<dyn MetaStore>, String) = match (&args.embedded, &args.meta_listen, &args.meta_url) {
+        (Some(dir), Some(meta_listen), _) => {
+            let store = meta_embedded::EmbeddedMetaStore::open(dir)
+                .await
+                .with_context(|| format!("cannot open the embedded metadata store in {}", dir.display()))?;
+            let store: Arc<dyn MetaStore> = Arc::new(store);
+            let listener = TcpListener::bind(meta_listen)
+                .await
+                .with_context(|| format!("cannot listen on {meta_listen} for the metadata store"))?;
+            let address = listener.local_addr().context("the metadata store listener has no address")?;
+            tokio::spawn(meta_embedded::serve(store.clone(), listener));
+            (store, format!("basalt://{address}"))
+        }
+        (_, _, Some(url)) => {
+            let store =
+                cluster::connect(url).await.with_context(|| format!("cannot connect to the metadata store {url}"))?;
+            (store, url.clone())
+        }
+        _ => anyhow::bail!("give --etcd URL, or --embedded DIR with --meta-listen ADDR"),
+    };
+    let listener =
+        TcpListener::bind(&args.api).await.with_context(|| format!("cannot listen on {} for the API", args.api))?;
+    let config = MonConfig::new(args.id.unwrap_or_else(host_name), meta_url);
+    mon::run(store, config, listener, None, shutdown_signal()).await.context("the mon failed")?;
+    Ok(())
+}
+
+/// The kernel's host name, or "mon" if it cannot be read.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "mon".into())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(terminate) => terminate,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

@@ -1,0 +1,87 @@
+//! `basalt osd --etcd URL --data PATH --listen ADDR`: runs the OSD daemon on one drive until
+//! SIGINT or SIGTERM, then stops cleanly (ops finish, the liveness key goes, the journal is
+//! flushed).
+//!
+//! The drive must have been formatted by `basalt osd init`. The first start allocates the OSD's
+//! id and records it in the drive's superblock; later starts keep it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use mon::stderr_log::{self, Level};
+use osd::{Metadata, OsdConfig, Stop};
+
+use crate::Global;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The metadata store: http://HOST:PORT[,...] (etcd) or basalt://HOST:PORT (a store served
+    /// by `basalt mon --embedded`).
+    #[arg(long = "etcd", visible_alias = "meta", value_name = "URL", required = true)]
+    pub meta_url: Option<String>,
+    /// The drive: a file or block device formatted by `basalt osd init`.
+    #[arg(long = "data", value_name = "PATH", required = true)]
+    pub data_path: Option<PathBuf>,
+    /// Where to serve clients and peers (HOST:PORT).
+    #[arg(long = "listen", value_name = "ADDR", required = true)]
+    pub listen: Option<String>,
+    /// The address others use to reach this OSD [default: the listen address].
+    #[arg(long = "advertise", value_name = "ADDR")]
+    pub advertise: Option<String>,
+    /// The host in the OSD's placement record [default: the host name].
+    #[arg(long = "host", value_name = "NAME")]
+    pub host: Option<String>,
+    /// The rack in the OSD's placement record [default: default].
+    #[arg(long = "rack", value_name = "NAME")]
+    pub rack: Option<String>,
+    /// Placement tags, comma-separated (ssd, hdd, ...).
+    #[arg(long = "tags", value_name = "TAG,...", value_delimiter = ',')]
+    pub tags: Vec<String>,
+    /// TTL of the liveness lease, in seconds.
+    #[arg(long = "lease-ttl", value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub lease_ttl_s: u64,
+    /// Microseconds to keep polling for work before sleeping while ops are in flight (0: off).
+    /// Lowers latency at the cost of CPU; keep it small on machines with few cores.
+    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub spin_us: u64,
+}
+
+pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
+    stderr_log::install(if global.quiet { Level::WARN } else { Level::INFO });
+    let (Some(meta_url), Some(data_path), Some(listen)) = (args.meta_url, args.data_path, args.listen) else {
+        anyhow::bail!("basalt osd needs --etcd URL, --data PATH and --listen ADDR");
+    };
+    let mut config = OsdConfig::new(Metadata::Url(meta_url), data_path, listen);
+    config.advertise_address = args.advertise;
+    config.host = args.host;
+    config.rack = args.rack;
+    config.tags = args.tags.into_iter().map(|tag| tag.trim().to_string()).filter(|tag| !tag.is_empty()).collect();
+    config.lease_ttl = Duration::from_secs(args.lease_ttl_s);
+    config.spin = Duration::from_micros(args.spin_us);
+    let data = config.data_path.display().to_string();
+    let ready = |ready: &osd::Ready| {
+        println!("osd.{} serving on {} (incarnation {})", ready.osd, ready.address, ready.incarnation);
+    };
+    osd::run(config, ready, async {
+        shutdown_signal().await;
+        Stop::Graceful
+    })
+    .with_context(|| format!("the osd on {data} failed"))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(terminate) => terminate,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

@@ -1,0 +1,118 @@
+//! `basalt volume create|ls|info|resize|rm`: volumes through the mon's API.
+
+use mon::views::{VolumeList, VolumeView};
+use serde_json::json;
+
+use crate::api_client::{decode, print_json, print_table, segment, ApiArgs};
+use crate::size::{format_bytes, parse_bytes};
+use crate::Global;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Create a volume.
+    Create {
+        /// The volume name: letters, digits, '.', '_' and '-', at most 128.
+        name: String,
+        /// Size in bytes or with K, M, G, T; a multiple of 4K.
+        #[arg(long = "size", value_name = "SIZE", value_parser = parse_bytes)]
+        size_bytes: u64,
+        /// The pool [default: "default" if it exists, else the only pool].
+        #[arg(long, value_name = "NAME")]
+        pool: Option<String>,
+    },
+    /// List volumes.
+    Ls,
+    /// Show one volume.
+    Info { name: String },
+    /// Grow a volume (shrinking is not supported).
+    Resize {
+        name: String,
+        /// The new size in bytes or with K, M, G, T; a multiple of 4K.
+        #[arg(long = "size", value_name = "SIZE", value_parser = parse_bytes)]
+        size_bytes: u64,
+    },
+    /// Delete a volume; its data is removed in the background.
+    Rm { name: String },
+}
+
+pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
+    let client = args.api.client();
+    let json = args.api.json;
+    let answer = match &args.command {
+        Command::Create { name, size_bytes, pool } => {
+            let mut body = json!({"name": name, "size_bytes": size_bytes});
+            if let Some(pool) = pool {
+                body["pool"] = json!(pool);
+            }
+            client.post("/volumes", &body)?
+        }
+        Command::Ls => client.get("/volumes")?,
+        Command::Info { name } => client.get(&format!("/volumes/{}", segment(name)))?,
+        Command::Resize { name, size_bytes } => {
+            client.patch(&format!("/volumes/{}", segment(name)), &json!({"size_bytes": size_bytes}))?
+        }
+        Command::Rm { name } => client.delete(&format!("/volumes/{}", segment(name)))?,
+    };
+    if json {
+        print_json(&answer);
+        return Ok(());
+    }
+    match args.command {
+        Command::Create { .. } => {
+            let volume: VolumeView = decode(answer)?;
+            println!(
+                "created volume {} ({}) in pool {}, id {:#x}",
+                volume.name,
+                format_bytes(volume.size_bytes),
+                volume.pool.as_deref().unwrap_or("?"),
+                volume.id
+            );
+        }
+        Command::Ls => {
+            let list: VolumeList = decode(answer)?;
+            let rows: Vec<Vec<String>> = list
+                .volumes
+                .iter()
+                .map(|volume| {
+                    vec![
+                        volume.name.clone(),
+                        volume.pool.clone().unwrap_or_else(|| format!("#{}", volume.pool_id)),
+                        format_bytes(volume.size_bytes),
+                        volume.state.clone(),
+                        format!("{:#x}", volume.id),
+                    ]
+                })
+                .collect();
+            print_table(&["NAME", "POOL", "SIZE", "STATE", "ID"], &rows);
+        }
+        Command::Info { .. } => {
+            let volume: VolumeView = decode(answer)?;
+            println!("name         {}", volume.name);
+            println!("id           {:#x} ({})", volume.id, volume.id);
+            println!("pool         {} (id {})", volume.pool.as_deref().unwrap_or("?"), volume.pool_id);
+            println!("size         {} ({} bytes)", format_bytes(volume.size_bytes), volume.size_bytes);
+            println!("object size  {}", format_bytes(u64::from(volume.object_size_bytes)));
+            println!("parent       {}", volume.parent.as_deref().unwrap_or("-"));
+            println!("state        {}", volume.state);
+            if let Some(deletion) = volume.deletion {
+                println!("deleted      {} of {} objects", deletion.objects_done, deletion.objects_total);
+            }
+        }
+        Command::Resize { .. } => {
+            let volume: VolumeView = decode(answer)?;
+            println!("volume {} is now {} ({} bytes)", volume.name, format_bytes(volume.size_bytes), volume.size_bytes);
+        }
+        Command::Rm { name } => {
+            println!("volume {name} is being deleted; its data is removed in the background");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,391 @@
+//! `Volume`: block I/O on one volume.
+//!
+//! Each call is checked (alignment, range) against the current map before anything is sent,
+//! cut into per-object pieces, and each piece runs as one wire request to its PG's primary.
+//! A call of one piece (any I/O within one object, such as every 4 KiB I/O) runs in the
+//! caller's task with nothing spawned and nothing allocated by this crate; the pieces of a
+//! larger call run concurrently, at most `PIECES_IN_FLIGHT_MAX` at once.
+//!
+//! Retry policy of one piece (the reply decides, the map tells where to go next):
+//!
+//! | outcome of an attempt | what the piece does |
+//! |---|---|
+//! | `Ok` reply of the request's opcode | done |
+//! | no PG table entry, no members, primary not running | wait for a newer map, retry |
+//! | cannot connect, connection closed or failed | wait for a newer map, retry |
+//! | `NotPrimary`, `WrongEpoch` | wait for a newer map, retry |
+//! | `Busy` | sleep, retry |
+//! | no reply before the deadline | close that connection, fail |
+//! | `Corrupt`, `NoSpace`, `IoError` | fail with the matching error |
+//! | any other status, or a reply that does not fit the request | fail |
+//!
+//! Waits start at `retry_backoff_min` and double up to `retry_backoff_max`; a wait for a newer
+//! map ends as soon as one arrives. After `retry_deadline` from the start of the call the piece
+//! fails with `ClientError::Unavailable`, naming the PG and the last problem.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use cluster::{ClusterMap, VolumeRecord};
+use futures_util::stream::{self, StreamExt};
+use tokio::time::Instant;
+use wire::{Request, Response, Status};
+
+use crate::client::Client;
+use crate::route::{pieces, route, Piece};
+use crate::tracker::WriteTracker;
+use crate::{ClientError, Operation, BLOCK_SIZE_BYTES, PIECES_IN_FLIGHT_MAX};
+
+/// A handle to one open volume. Clones share it; any number of calls may run at once.
+#[derive(Clone)]
+pub struct Volume {
+    inner: Arc<VolumeInner>,
+}
+
+struct VolumeInner {
+    client: Client,
+    name: String,
+    /// The inode number.
+    id: u64,
+    pool: u32,
+    object_size_bytes: u32,
+    size_bytes_at_open: u64,
+    writes: WriteTracker,
+}
+
+impl Volume {
+    pub(crate) fn new(client: Client, record: &VolumeRecord) -> Volume {
+        Volume {
+            inner: Arc::new(VolumeInner {
+                client,
+                name: record.name.clone(),
+                id: record.id,
+                pool: record.pool,
+                object_size_bytes: record.object_size_bytes,
+                size_bytes_at_open: record.size_bytes,
+                writes: WriteTracker::new(),
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The inode number: the pool id in the top 8 bits.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The size in the current cluster map (it follows resizes); the size at open if the
+    /// volume has left the map.
+    pub fn size_bytes(&self) -> u64 {
+        let map = self.inner.client.map();
+        self.record(&map).map_or(self.inner.size_bytes_at_open, |record| record.size_bytes)
+    }
+
+    pub fn object_size_bytes(&self) -> u32 {
+        self.inner.object_size_bytes
+    }
+
+    /// Reads `length_bytes` at `offset_bytes`; never written ranges read as zeros.
+    pub async fn read(&self, offset_bytes: u64, length_bytes: u32) -> Result<Bytes, ClientError> {
+        let length = u64::from(length_bytes);
+        let (map, pg_count) = self.check(Operation::Read, offset_bytes, length)?;
+        if length == 0 {
+            return Ok(Bytes::new());
+        }
+        let started = Instant::now();
+        let mut all =
+            pieces(self.inner.id, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length);
+        let first = all.next().expect("a call of non-zero length has a piece");
+        if u64::from(first.length_bytes) == length {
+            return self.read_piece(map, first, started).await;
+        }
+        let mut buffer = BytesMut::zeroed(usize::try_from(length).expect("a u32 length fits in usize"));
+        let mut reads = stream::iter(std::iter::once(first).chain(all))
+            .map(|piece| {
+                let map = map.clone();
+                async move { self.read_piece(map, piece, started).await.map(|data| (piece, data)) }
+            })
+            .buffer_unordered(PIECES_IN_FLIGHT_MAX);
+        while let Some(result) = reads.next().await {
+            let (piece, data) = result?;
+            let start = usize::try_from(piece.offset_in_request).expect("within a u32 length");
+            buffer[start..start + data.len()].copy_from_slice(&data);
+        }
+        Ok(buffer.freeze())
+    }
+
+    /// Writes `data` at `offset_bytes`. Durable on every replica of the PGs when it returns
+    /// `Ok`; on an error, any part of the range may or may not have been written.
+    pub async fn write(&self, offset_bytes: u64, data: Bytes) -> Result<(), ClientError> {
+        let id = self.inner.id;
+        self.mutate(Operation::Write, offset_bytes, data.len() as u64, |piece| {
+            let start = usize::try_from(piece.offset_in_request).expect("within the buffer");
+            Request::Write {
+                pg: piece.pg,
+                inode: id,
+                offset_bytes: piece.offset_bytes,
+                data: data.slice(start..start + piece.length_bytes as usize),
+            }
+        })
+        .await
+    }
+
+    /// Makes the range read as zeros: whole objects are deleted, partial ones zeroed.
+    pub async fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> Result<(), ClientError> {
+        self.mutate(Operation::WriteZeroes, offset_bytes, length_bytes, |piece| self.zero_request(piece)).await
+    }
+
+    /// Discards the range; it reads as zeros afterwards (the same requests as `write_zeroes`).
+    pub async fn trim(&self, offset_bytes: u64, length_bytes: u64) -> Result<(), ClientError> {
+        self.mutate(Operation::Trim, offset_bytes, length_bytes, |piece| self.zero_request(piece)).await
+    }
+
+    /// Waits until every write, write_zeroes and trim issued on this volume handle (or its
+    /// clones) before the call has finished. Sends nothing: acknowledged writes are durable.
+    pub async fn flush(&self) -> Result<(), ClientError> {
+        self.inner.writes.wait_for_earlier_writes().await;
+        Ok(())
+    }
+
+    fn zero_request(&self, piece: &Piece) -> Request {
+        let (pg, inode, offset_bytes, length_bytes) = (piece.pg, self.inner.id, piece.offset_bytes, piece.length_bytes);
+        if piece.whole_object {
+            Request::Trim { pg, inode, offset_bytes, length_bytes }
+        } else {
+            Request::WriteZeroes { pg, inode, offset_bytes, length_bytes }
+        }
+    }
+
+    /// This volume's record in `map`, if it is still there (same name and inode).
+    fn record<'map>(&self, map: &'map ClusterMap) -> Option<&'map VolumeRecord> {
+        map.volumes.get(&self.inner.name).filter(|record| record.id == self.inner.id)
+    }
+
+    /// Checks a call against the current map; returns the map and the pool's PG count.
+    fn check(
+        &self,
+        operation: Operation,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<(Arc<ClusterMap>, u32), ClientError> {
+        let volume = || self.inner.name.clone();
+        if offset_bytes % BLOCK_SIZE_BYTES != 0 || length_bytes % BLOCK_SIZE_BYTES != 0 {
+            return Err(ClientError::InvalidArgument {
+                volume: volume(),
+                operation,
+                offset_bytes,
+                length_bytes,
+                reason: "offset and length must be multiples of 4096 bytes",
+            });
+        }
+        let map = self.inner.client.map();
+        let Some(record) = self.record(&map) else {
+            return Err(ClientError::NoSuchVolume { name: volume() });
+        };
+        let size_bytes = record.size_bytes;
+        if offset_bytes.checked_add(length_bytes).is_none_or(|end| end > size_bytes) {
+            return Err(ClientError::OutOfRange {
+                volume: volume(),
+                operation,
+                offset_bytes,
+                length_bytes,
+                size_bytes,
+            });
+        }
+        let Some(pool) = map.pools.get(&self.inner.pool).filter(|pool| pool.pg_count > 0) else {
+            return Err(ClientError::InvalidVolume {
+                name: volume(),
+                reason: format!("its pool {} is no longer in the cluster map", self.inner.pool),
+            });
+        };
+        let pg_count = pool.pg_count;
+        Ok((map, pg_count))
+    }
+
+    /// Runs a write-like call: every piece's request from `make`, the reply's opcode checked.
+    async fn mutate(
+        &self,
+        operation: Operation,
+        offset_bytes: u64,
+        length_bytes: u64,
+        make: impl Fn(&Piece) -> Request,
+    ) -> Result<(), ClientError> {
+        let (map, pg_count) = self.check(operation, offset_bytes, length_bytes)?;
+        if length_bytes == 0 {
+            return Ok(());
+        }
+        let _ticket = self.inner.writes.begin();
+        let started = Instant::now();
+        let mut all =
+            pieces(self.inner.id, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length_bytes);
+        let first = all.next().expect("a call of non-zero length has a piece");
+        if u64::from(first.length_bytes) == length_bytes {
+            let request = make(&first);
+            return self.mutate_piece(map, operation, first, request, started).await;
+        }
+        let mut mutations = stream::iter(std::iter::once(first).chain(all))
+            .map(|piece| {
+                let request = make(&piece);
+                let map = map.clone();
+                async move { self.mutate_piece(map, operation, piece, request, started).await }
+            })
+            .buffer_unordered(PIECES_IN_FLIGHT_MAX);
+        while let Some(result) = mutations.next().await {
+            result?;
+        }
+        Ok(())
+    }
+
+    async fn read_piece(&self, map: Arc<ClusterMap>, piece: Piece, started: Instant) -> Result<Bytes, ClientError> {
+        let request = Request::Read {
+            pg: piece.pg,
+            inode: self.inner.id,
+            offset_bytes: piece.offset_bytes,
+            length_bytes: piece.length_bytes,
+        };
+        let (response, osd) = self.run_piece(map, Operation::Read, &piece, &request, started).await?;
+        match response {
+            Response::Read { data } if data.len() == piece.length_bytes as usize => Ok(data),
+            Response::Read { data } => Err(self.bad_reply(
+                Operation::Read,
+                &piece,
+                osd,
+                format!("{} bytes for a read of {}", data.len(), piece.length_bytes),
+            )),
+            other => Err(self.bad_reply(Operation::Read, &piece, osd, format!("a {} reply to a Read", other.opcode()))),
+        }
+    }
+
+    async fn mutate_piece(
+        &self,
+        map: Arc<ClusterMap>,
+        operation: Operation,
+        piece: Piece,
+        request: Request,
+        started: Instant,
+    ) -> Result<(), ClientError> {
+        let (response, osd) = self.run_piece(map, operation, &piece, &request, started).await?;
+        if response.opcode() != request.opcode() {
+            let reason = format!("a {} reply to a {}", response.opcode(), request.opcode());
+            return Err(self.bad_reply(operation, &piece, osd, reason));
+        }
+        Ok(())
+    }
+
+    /// Sends one piece's request to its PG's primary until it gets an answer or the deadline
+    /// passes (the policy is in the module comment). Returns the `Ok` response and the OSD
+    /// that gave it.
+    async fn run_piece(
+        &self,
+        mut map: Arc<ClusterMap>,
+        operation: Operation,
+        piece: &Piece,
+        request: &Request,
+        started: Instant,
+    ) -> Result<(Response, u32), ClientError> {
+        let client = &self.inner.client;
+        let options = &client.inner.options;
+        let deadline = started + options.retry_deadline;
+        let mut backoff = options.retry_backoff_min;
+        let mut last_problem: Option<String> = None;
+        loop {
+            if let Some(problem) = last_problem.take() {
+                // The pause before this attempt may have run into the deadline.
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(self.unavailable(operation, piece, now.duration_since(started), problem));
+                }
+            }
+            let mut busy = false;
+            let problem = match route(&map, piece.pg) {
+                Err(reason) => reason,
+                Ok(route) => match client.connection(route.osd, route.address, deadline).await {
+                    Err(error) => format!("osd.{}: {}", route.osd, error.reason),
+                    Ok(connection) => {
+                        let call = connection.call(route.epoch, request.clone());
+                        match tokio::time::timeout_at(deadline, call).await {
+                            Ok(Ok(reply)) => match reply.response {
+                                Response::Failed { status, .. } => match status {
+                                    Status::NotPrimary | Status::WrongEpoch | Status::Busy => {
+                                        busy = status == Status::Busy;
+                                        format!(
+                                            "osd.{} at {} answered {status} (request epoch {}, its epoch {})",
+                                            route.osd, route.address, route.epoch, reply.epoch
+                                        )
+                                    }
+                                    _ => return Err(self.status_error(operation, piece, route.osd, status)),
+                                },
+                                response => return Ok((response, route.osd)),
+                            },
+                            Ok(Err(error)) => format!("osd.{}: {error}", route.osd),
+                            Err(_) => {
+                                let reason = "no reply before the retry deadline";
+                                client.drop_connection(route.osd, &connection, reason);
+                                format!("osd.{} at {}: {reason}", route.osd, route.address)
+                            }
+                        }
+                    }
+                },
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(self.unavailable(operation, piece, now.duration_since(started), problem));
+            }
+            tracing::debug!(volume = %self.inner.name, pg = ?piece.pg, %problem, "retrying");
+            let pause = backoff.min(deadline - now);
+            if busy {
+                tokio::time::sleep(pause).await;
+            } else {
+                client.wait_for_newer_map(map.revision, pause).await;
+            }
+            backoff = (backoff * 2).min(options.retry_backoff_max);
+            map = client.map();
+            last_problem = Some(problem);
+        }
+    }
+
+    fn unavailable(&self, operation: Operation, piece: &Piece, waited: Duration, problem: String) -> ClientError {
+        ClientError::Unavailable {
+            volume: self.inner.name.clone(),
+            operation,
+            offset_bytes: piece.offset_bytes,
+            pg: piece.pg,
+            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            problem,
+        }
+    }
+
+    fn status_error(&self, operation: Operation, piece: &Piece, osd: u32, status: Status) -> ClientError {
+        let (volume, offset_bytes, pg) = (self.inner.name.clone(), piece.offset_bytes, piece.pg);
+        match status {
+            Status::Corrupt => ClientError::Corrupt { volume, operation, offset_bytes, pg, osd },
+            Status::NoSpace => ClientError::NoSpace { volume, operation, offset_bytes, pg, osd },
+            Status::IoError => ClientError::Io { volume, operation, offset_bytes, pg, osd },
+            _ => ClientError::Refused { volume, operation, offset_bytes, pg, osd, status },
+        }
+    }
+
+    fn bad_reply(&self, operation: Operation, piece: &Piece, osd: u32, reason: String) -> ClientError {
+        ClientError::BadReply {
+            volume: self.inner.name.clone(),
+            operation,
+            offset_bytes: piece.offset_bytes,
+            osd,
+            reason,
+        }
+    }
+}
+
+impl std::fmt::Debug for Volume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Volume")
+            .field("name", &self.inner.name)
+            .field("id", &self.inner.id)
+            .field("object_size_bytes", &self.inner.object_size_bytes)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,65 @@
+//! Every key Basalt writes in the metadata store (`docs/design/metadata-keys.md`).
+
+pub const ROOT: &str = "/basalt/";
+pub const CLUSTER: &str = "/basalt/config/cluster";
+pub const POOLS_PREFIX: &str = "/basalt/config/pools/";
+pub const PGS_PREFIX: &str = "/basalt/config/pgs/";
+pub const OSDS_PREFIX: &str = "/basalt/osd/";
+pub const OSD_LIVE_PREFIX: &str = "/basalt/osd-live/";
+pub const VOLUMES_PREFIX: &str = "/basalt/volumes/";
+pub const PG_HISTORY_PREFIX: &str = "/basalt/pg-history/";
+pub const MON_LEADER: &str = "/basalt/mon/leader";
+pub const POOL_ID_COUNTER: &str = "/basalt/counters/pool-id";
+pub const OSD_ID_COUNTER: &str = "/basalt/counters/osd-id";
+pub const VOLUME_ID_COUNTER_PREFIX: &str = "/basalt/counters/volume-id/";
+
+pub fn pool(pool: u32) -> String {
+    format!("{POOLS_PREFIX}{pool}")
+}
+
+pub fn pg_table(pool: u32) -> String {
+    format!("{PGS_PREFIX}{pool}")
+}
+
+pub fn osd(osd: u32) -> String {
+    format!("{OSDS_PREFIX}{osd}")
+}
+
+pub fn osd_live(osd: u32) -> String {
+    format!("{OSD_LIVE_PREFIX}{osd}")
+}
+
+pub fn volume(name: &str) -> String {
+    format!("{VOLUMES_PREFIX}{name}")
+}
+
+pub fn pg_history(pool: u32, pg: u32) -> String {
+    format!("{PG_HISTORY_PREFIX}{pool}/{pg}")
+}
+
+pub fn volume_id_counter(pool: u32) -> String {
+    format!("{VOLUME_ID_COUNTER_PREFIX}{pool}")
+}
+
+/// The numeric id at the end of a key under `prefix` (`/basalt/osd/12` -> 12), if it is one.
+pub fn id_after(prefix: &str, key: &str) -> Option<u32> {
+    let rest = key.strip_prefix(prefix)?;
+    if rest.is_empty() || rest.len() > 10 || !rest.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    rest.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_parse_only_from_plain_decimal() {
+        assert_eq!(id_after(OSDS_PREFIX, "/basalt/osd/12"), Some(12));
+        assert_eq!(id_after(OSDS_PREFIX, "/basalt/osd/"), None);
+        assert_eq!(id_after(OSDS_PREFIX, "/basalt/osd/1x"), None);
+        assert_eq!(id_after(OSDS_PREFIX, "/basalt/osd/99999999999"), None);
+        assert_eq!(id_after(OSDS_PREFIX, "/basalt/osd-live/1"), None);
+    }
+}

@@ -1,0 +1,276 @@
+//! Typed values of the metadata store, as `docs/design/metadata-keys.md` defines them.
+//!
+//! Every value is a JSON object whose first field is `"version"` (the value format's version).
+//! Values are untrusted: [`decode`] checks the format version and names the key in every error.
+
+use std::collections::BTreeSet;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// The value format version this code writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum RecordError {
+    #[error("value of {key} is not valid: {reason}")]
+    Invalid { key: String, reason: String },
+    #[error("value of {key} has format version {version}; this build reads version {FORMAT_VERSION}")]
+    UnknownVersion { key: String, version: u64 },
+}
+
+#[derive(Deserialize)]
+struct VersionOnly {
+    version: u64,
+}
+
+/// Decodes the value of `key`, checking its format version first.
+pub fn decode<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, RecordError> {
+    let invalid = |e: serde_json::Error| RecordError::Invalid { key: key.to_string(), reason: e.to_string() };
+    let head: VersionOnly = serde_json::from_slice(value).map_err(invalid)?;
+    if head.version != u64::from(FORMAT_VERSION) {
+        return Err(RecordError::UnknownVersion { key: key.to_string(), version: head.version });
+    }
+    serde_json::from_slice(value).map_err(invalid)
+}
+
+/// Encodes a record (records carry their own `version` field).
+pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
+    serde_json::to_vec(record).expect("records always serialize")
+}
+
+fn format_version() -> u32 {
+    FORMAT_VERSION
+}
+
+/// `/basalt/config/cluster`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub cluster_id: String,
+    pub object_size_bytes: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Redundancy {
+    /// N full copies.
+    Replicated(u8),
+}
+
+impl Redundancy {
+    pub fn copies(self) -> u8 {
+        match self {
+            Redundancy::Replicated(n) => n,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureDomainName {
+    Osd,
+    Host,
+    Rack,
+}
+
+impl FailureDomainName {
+    pub fn to_placement(self) -> placement::FailureDomain {
+        match self {
+            FailureDomainName::Osd => placement::FailureDomain::Osd,
+            FailureDomainName::Host => placement::FailureDomain::Host,
+            FailureDomainName::Rack => placement::FailureDomain::Rack,
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<FailureDomainName> {
+        match text {
+            "osd" => Some(FailureDomainName::Osd),
+            "host" => Some(FailureDomainName::Host),
+            "rack" => Some(FailureDomainName::Rack),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for FailureDomainName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.to_placement().fmt(f)
+    }
+}
+
+/// `/basalt/config/pools/<pool>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub id: u32,
+    pub name: String,
+    pub redundancy: Redundancy,
+    pub min_size: u8,
+    pub pg_count: u32,
+    pub failure_domain: FailureDomainName,
+    #[serde(default)]
+    pub osd_tags: BTreeSet<String>,
+    #[serde(default)]
+    pub primary_affinity_tag: Option<String>,
+}
+
+impl PoolRecord {
+    pub fn placement_spec(&self) -> placement::PoolSpec {
+        placement::PoolSpec {
+            pool_id: self.id,
+            pg_count: self.pg_count,
+            replica_count: self.redundancy.copies(),
+            failure_domain: self.failure_domain.to_placement(),
+            tags: self.osd_tags.clone(),
+        }
+    }
+}
+
+/// `/basalt/config/pgs/<pool>`: entry `i` of `pgs` is PG `i`, `(epoch, [primary, replicas...])`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgTableRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub pool: u32,
+    pub table_epoch: u64,
+    pub pgs: Vec<(u64, Vec<u32>)>,
+}
+
+impl PgTableRecord {
+    pub fn to_placement(&self) -> placement::PgTable {
+        placement::PgTable {
+            pgs: self.pgs.iter().map(|(_, set)| set.iter().map(|&id| placement::OsdId(id)).collect()).collect(),
+        }
+    }
+}
+
+/// `/basalt/osd/<osd>`: the persistent identity of an OSD.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OsdRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub id: u32,
+    pub host: String,
+    pub rack: String,
+    #[serde(default)]
+    pub tags: BTreeSet<String>,
+    /// Relative placement weight; 1.0 is the default, 0 drains the OSD.
+    pub weight: f64,
+    pub capacity_bytes: u64,
+}
+
+impl OsdRecord {
+    /// The placement weight in bytes: capacity scaled by `weight`.
+    pub fn weight_bytes(&self) -> u64 {
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return 0;
+        }
+        (self.capacity_bytes as f64 * self.weight).min(u64::MAX as f64) as u64
+    }
+}
+
+/// `/basalt/osd-live/<osd>` (leased): the running OSD.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdLiveRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub address: String,
+    pub incarnation: i64,
+}
+
+/// `/basalt/volumes/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    /// The inode number: the pool id in the top 8 bits, the volume number below.
+    pub id: u64,
+    pub name: String,
+    pub pool: u32,
+    pub size_bytes: u64,
+    pub object_size_bytes: u32,
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// `deleting`: the volume is being removed; its objects are deleted in the background.
+    #[serde(default)]
+    pub flags: Vec<String>,
+}
+
+impl VolumeRecord {
+    pub const FLAG_DELETING: &'static str = "deleting";
+
+    pub fn is_deleting(&self) -> bool {
+        self.flags.iter().any(|flag| flag == Self::FLAG_DELETING)
+    }
+
+    /// The inode number of volume `number` in `pool`.
+    pub fn inode(pool: u32, number: u64) -> u64 {
+        (u64::from(pool) << 56) | (number & ((1 << 56) - 1))
+    }
+}
+
+/// `/basalt/pg-history/<pool>/<pg>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgHistoryRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub epoch: u64,
+    pub last_active_set: Vec<u32>,
+}
+
+/// `/basalt/mon/leader` (leased).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub mon: String,
+    pub address: String,
+}
+
+/// `/basalt/counters/...`: the next id to hand out (a missing counter means 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counter {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub next: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_round_trips_in_the_documented_shape() {
+        let text = r#"{"version": 1, "id": 1, "name": "ssd", "redundancy": {"replicated": 3}, "min_size": 2, "pg_count": 256,
+ "failure_domain": "host", "osd_tags": ["ssd"], "primary_affinity_tag": null}"#;
+        let pool: PoolRecord = decode("/basalt/config/pools/1", text.as_bytes()).expect("documented example decodes");
+        assert_eq!(pool.redundancy, Redundancy::Replicated(3));
+        assert_eq!(pool.failure_domain, FailureDomainName::Host);
+        let again: PoolRecord = decode("k", &encode(&pool)).expect("round trip");
+        assert_eq!(again, pool);
+    }
+
+    #[test]
+    fn pg_table_decodes_the_documented_shape() {
+        let text = r#"{"version": 1, "pool": 1, "table_epoch": 17, "pgs": [[5, [3, 1, 4]], [17, [2, 0, 5]]]}"#;
+        let table: PgTableRecord = decode("k", text.as_bytes()).expect("decodes");
+        assert_eq!(table.pgs[1], (17, vec![2, 0, 5]));
+    }
+
+    #[test]
+    fn unknown_versions_and_garbage_are_named_errors() {
+        let error = decode::<Counter>("/basalt/counters/osd-id", br#"{"version": 2, "next": 3}"#).unwrap_err();
+        assert!(error.to_string().contains("/basalt/counters/osd-id") && error.to_string().contains("version 2"));
+        let error = decode::<Counter>("/basalt/counters/osd-id", b"\xff").unwrap_err();
+        assert!(matches!(error, RecordError::Invalid { .. }));
+    }
+
+    #[test]
+    fn volume_inode_keeps_pool_in_top_bits() {
+        assert_eq!(VolumeRecord::inode(1, 1), 72057594037927937);
+        assert_eq!(VolumeRecord::inode(1, 1) >> 56, 1);
+    }
+}

@@ -1,0 +1,246 @@
+//! The JSON HTTP API under `/api/v1` (`docs/design/api.md`), served by every mon.
+//!
+//! Handlers decode the request, call `admin` for writes or read the store for views, and
+//! answer JSON. Every error is `{"error": "..."}` with a 4xx status for the caller's mistakes
+//! (including bodies that are not the expected JSON, unknown paths and methods) and a 5xx only
+//! when the metadata store failed. Reads go to the store on each request, so a read after a
+//! write on any mon sees the write.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Path, Request, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use cluster::records::decode;
+use cluster::{keys, ClusterMap, LeaderRecord};
+use meta::MetaStore;
+use serde::de::DeserializeOwned;
+
+use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
+use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
+use crate::views::{VolumeList, VolumeView};
+use crate::Shared;
+
+/// The API's routes on top of `shared`'s store.
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    let api = Router::new()
+        .route("/cluster", get(get_cluster))
+        .route("/status", get(get_status))
+        .route("/pools", get(list_pools).post(create_pool))
+        .route("/pools/{name}", get(get_pool).delete(delete_pool))
+        .route("/volumes", get(list_volumes).post(create_volume))
+        .route("/volumes/{name}", get(get_volume).patch(resize_volume).delete(delete_volume))
+        .route("/osds", get(list_osds))
+        .route("/osds/tree", get(osd_tree));
+    Router::new()
+        .nest("/api/v1", api)
+        .fallback(unknown_path)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(shared)
+}
+
+/// An error answer: the status and one sentence.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+}
+
+impl From<AdminError> for ApiError {
+    fn from(error: AdminError) -> ApiError {
+        let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::warn!(%error, "API request failed");
+        }
+        ApiError::new(status, error.to_string())
+    }
+}
+
+impl From<meta::MetaError> for ApiError {
+    fn from(error: meta::MetaError) -> ApiError {
+        AdminError::from(error).into()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(ErrorView { error: self.message })).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// A JSON request body whose rejections are API errors (`{"error": ...}`, 400 or 415).
+struct Body<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(Body(value)),
+            Err(rejection) => Err(body_error(rejection)),
+        }
+    }
+}
+
+fn body_error(rejection: JsonRejection) -> ApiError {
+    // axum answers 422 for well-formed JSON of the wrong shape; to the caller it is a bad request.
+    let status = match rejection.status() {
+        StatusCode::UNPROCESSABLE_ENTITY => StatusCode::BAD_REQUEST,
+        status => status,
+    };
+    let message = match &rejection {
+        JsonRejection::MissingJsonContentType(_) => {
+            "the request body must be JSON (Content-Type: application/json)".into()
+        }
+        JsonRejection::JsonDataError(error) => format!("the request body is not valid: {}", innermost(error)),
+        JsonRejection::JsonSyntaxError(error) => format!("the request body is not JSON: {}", innermost(error)),
+        other => format!("the request body could not be read: {}", other.body_text().to_lowercase()),
+    };
+    ApiError::new(status, message)
+}
+
+/// The message of the deepest cause: serde's, without axum's preamble.
+fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = error;
+    while let Some(source) = current.source() {
+        current = source;
+    }
+    current.to_string()
+}
+
+async fn unknown_path(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("there is no API endpoint {method} {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{} does not accept {method}", uri.path()))
+}
+
+/// The leader record, if a leader holds the key and its value decodes.
+async fn leader(store: &dyn MetaStore) -> ApiResult<Option<LeaderView>> {
+    let Some(kv) = store.get(keys::MON_LEADER).await? else { return Ok(None) };
+    match decode::<LeaderRecord>(keys::MON_LEADER, &kv.value) {
+        Ok(record) => Ok(Some(LeaderView { mon: record.mon, address: record.address })),
+        Err(error) => {
+            tracing::warn!(%error, "the leader key holds a value this build does not read");
+            Ok(None)
+        }
+    }
+}
+
+async fn get_cluster(State(shared): State<Arc<Shared>>) -> ApiResult<Json<ClusterView>> {
+    let store = shared.store.as_ref();
+    let cluster = admin::cluster_record(store).await?;
+    Ok(Json(ClusterView {
+        cluster_id: cluster.cluster_id,
+        object_size_bytes: cluster.object_size_bytes,
+        meta_url: shared.config.meta_url.clone(),
+        mon: shared.config.mon_id.clone(),
+        leader: leader(store).await?,
+    }))
+}
+
+async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusView>> {
+    let store = shared.store.as_ref();
+    let cluster = admin::cluster_record(store).await?;
+    let map = ClusterMap::load(store).await?;
+    Ok(Json(views::status_view(cluster.cluster_id, leader(store).await?, &map)))
+}
+
+async fn list_pools(State(shared): State<Arc<Shared>>) -> ApiResult<Json<PoolList>> {
+    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    Ok(Json(PoolList { pools: map.pools.values().map(|pool| views::pool_view(pool, &map)).collect() }))
+}
+
+async fn get_pool(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<PoolView>> {
+    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    let pool = map.pool_by_name(&name).ok_or_else(|| AdminError::NotFound(format!("pool {name:?} does not exist")))?;
+    Ok(Json(views::pool_view(pool, &map)))
+}
+
+async fn create_pool(
+    State(shared): State<Arc<Shared>>,
+    Body(request): Body<CreatePool>,
+) -> ApiResult<(StatusCode, Json<PoolView>)> {
+    let store = shared.store.as_ref();
+    let pool = admin::create_pool(store, &request).await?;
+    let map = ClusterMap::load(store).await?;
+    Ok((StatusCode::CREATED, Json(views::pool_view(&pool, &map))))
+}
+
+async fn delete_pool(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<PoolView>> {
+    let store = shared.store.as_ref();
+    let pool = admin::delete_pool(store, &name).await?;
+    let map = ClusterMap::load(store).await?;
+    Ok(Json(views::pool_view(&pool, &map)))
+}
+
+fn volume_view(shared: &Shared, volume: &cluster::VolumeRecord, map: &ClusterMap) -> VolumeView {
+    let progress = shared.progress.lock().expect("progress lock").get(&volume.name).copied();
+    views::volume_view(volume, map, progress)
+}
+
+async fn list_volumes(State(shared): State<Arc<Shared>>) -> ApiResult<Json<VolumeList>> {
+    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    let volumes = map.volumes.values().map(|volume| volume_view(&shared, volume, &map)).collect();
+    Ok(Json(VolumeList { volumes }))
+}
+
+async fn get_volume(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<VolumeView>> {
+    let store = shared.store.as_ref();
+    let (volume, _) = admin::get_volume(store, &name).await?;
+    let map = ClusterMap::load(store).await?;
+    Ok(Json(volume_view(&shared, &volume, &map)))
+}
+
+async fn create_volume(
+    State(shared): State<Arc<Shared>>,
+    Body(request): Body<CreateVolume>,
+) -> ApiResult<(StatusCode, Json<VolumeView>)> {
+    let store = shared.store.as_ref();
+    let volume = admin::create_volume(store, &request).await?;
+    let map = ClusterMap::load(store).await?;
+    Ok((StatusCode::CREATED, Json(volume_view(&shared, &volume, &map))))
+}
+
+async fn resize_volume(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    Body(request): Body<ResizeVolume>,
+) -> ApiResult<Json<VolumeView>> {
+    let store = shared.store.as_ref();
+    let volume = admin::resize_volume(store, &name, request.size_bytes).await?;
+    let map = ClusterMap::load(store).await?;
+    Ok(Json(volume_view(&shared, &volume, &map)))
+}
+
+async fn delete_volume(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+) -> ApiResult<(StatusCode, Json<VolumeView>)> {
+    let store = shared.store.as_ref();
+    let volume = admin::mark_volume_deleting(store, &name).await?;
+    let map = ClusterMap::load(store).await?;
+    Ok((StatusCode::ACCEPTED, Json(volume_view(&shared, &volume, &map))))
+}
+
+async fn list_osds(State(shared): State<Arc<Shared>>) -> ApiResult<Json<OsdList>> {
+    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    Ok(Json(OsdList { osds: views::osd_views(&map) }))
+}
+
+async fn osd_tree(State(shared): State<Arc<Shared>>) -> ApiResult<Json<OsdTree>> {
+    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    Ok(Json(views::osd_tree(&map)))
+}

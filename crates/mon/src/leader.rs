@@ -1,0 +1,370 @@
+//! Leader election and the leader's work: publishing PG tables and deleting volumes.
+//!
+//! Every mon is a candidate. A term starts with a fresh lease, kept alive every
+//! `keep_alive_interval`; the candidate campaigns on `/basalt/mon/leader` with it
+//! (`meta::campaign`). The winner publishes PG tables and deletes volumes until the term ends:
+//!
+//! | event                                   | what the mon does                                 |
+//! |-----------------------------------------|---------------------------------------------------|
+//! | a keep-alive fails or times out         | stops leading at once, revokes the lease, retries |
+//! | the leader key is gone or newer          | stops leading, revokes the lease, campaigns again |
+//! | a fenced write fails on the leader key   | same as above                                     |
+//! | shutdown                                | stops leading, revokes the lease (fast handover)  |
+//!
+//! Safety does not rest on the timing: every leader write compares the leader key's create
+//! revision with the term's token, so writes of a deposed leader fail. Stepping down on the
+//! first failed keep-alive keeps a partitioned leader from even trying for long.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster::records::{decode, encode, FORMAT_VERSION};
+use cluster::{keys, ClusterMap, LeaderRecord, MapWatcher, OsdRecord, PgTableRecord, PoolRecord, VolumeRecord};
+use meta::{Compare, CompareOp, Leadership, LeaseId, MetaError, MetaStore, Txn, TxnOp, TxnOpResult};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::pg_tables::{next_table, osd_infos, TableChange};
+use crate::reaper::{reap_volume, VolumeReaper};
+use crate::{Role, Shared};
+
+/// How a term ended.
+#[derive(Debug)]
+enum TermEnd {
+    Stopped,
+    Deposed,
+    KeepAliveFailed(MetaError),
+}
+
+/// Campaigns, leads and campaigns again until `stop` turns true.
+pub(crate) async fn run_candidate(
+    shared: Arc<Shared>,
+    watcher: Arc<MapWatcher>,
+    reaper: Option<Arc<dyn VolumeReaper>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    // The last election error logged, so an unreachable store is reported once, not every retry.
+    let mut last_error = String::new();
+    loop {
+        let started = Instant::now();
+        let end = term(&shared, &watcher, reaper.as_deref(), &mut stop).await;
+        if end.is_ok() {
+            last_error.clear();
+        }
+        match end {
+            Ok(TermEnd::Stopped) => return,
+            Ok(TermEnd::Deposed) => tracing::warn!(mon = %shared.config.mon_id, "no longer the leader"),
+            Ok(TermEnd::KeepAliveFailed(error)) => {
+                tracing::warn!(mon = %shared.config.mon_id, %error, "lease keep-alive failed; stepping down")
+            }
+            Err(error) => {
+                let text = error.to_string();
+                if text != last_error {
+                    tracing::warn!(mon = %shared.config.mon_id, %error, "election failed; retrying");
+                    last_error = text;
+                }
+            }
+        }
+        if *stop.borrow() {
+            return;
+        }
+        // A term that lasted a while was healthy: start over quickly.
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(100);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+async fn term(
+    shared: &Shared,
+    watcher: &MapWatcher,
+    reaper: Option<&dyn VolumeReaper>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<TermEnd, MetaError> {
+    let store = shared.store.as_ref();
+    let lease = store.lease_grant(shared.config.lease_ttl.as_secs().max(1)).await?;
+    let end = tokio::select! {
+        error = keep_alive(store, lease, shared.config.keep_alive_interval) => Ok(TermEnd::KeepAliveFailed(error)),
+        end = campaign_and_lead(shared, watcher, reaper, lease) => end,
+        _ = stop.wait_for(|stopped| *stopped) => Ok(TermEnd::Stopped),
+    };
+    shared.role.send_replace(Role::Candidate);
+    // Revoking deletes the leader key at once, so another mon need not wait for the TTL.
+    let revoked = tokio::time::timeout(shared.config.keep_alive_interval, store.lease_revoke(lease)).await;
+    if let Ok(Err(error)) = revoked {
+        tracing::debug!(%error, "revoking the mon lease failed");
+    }
+    end
+}
+
+/// Renews `lease` every `interval`; returns the error that ended it.
+async fn keep_alive(store: &dyn MetaStore, lease: LeaseId, interval: Duration) -> MetaError {
+    loop {
+        tokio::time::sleep(interval).await;
+        match tokio::time::timeout(interval, store.lease_keep_alive(lease)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => return error,
+            Err(_) => {
+                return MetaError::unavailable(
+                    store.endpoint(),
+                    format!("lease keep-alive took longer than {} ms", interval.as_millis()),
+                )
+            }
+        }
+    }
+}
+
+async fn campaign_and_lead(
+    shared: &Shared,
+    watcher: &MapWatcher,
+    reaper: Option<&dyn VolumeReaper>,
+    lease: LeaseId,
+) -> Result<TermEnd, MetaError> {
+    let store = shared.store.as_ref();
+    let candidate = LeaderRecord {
+        version: FORMAT_VERSION,
+        mon: shared.config.mon_id.clone(),
+        address: shared.config.api_address.clone(),
+    };
+    let candidate = String::from_utf8(encode(&candidate)).expect("JSON is UTF-8");
+    let leadership = meta::campaign(store, keys::MON_LEADER, &candidate, lease).await?;
+    tracing::info!(mon = %shared.config.mon_id, token = leadership.revision, "became the leader");
+    shared.role.send_replace(Role::Leader);
+    tokio::select! {
+        lost = leadership.lost(store) => lost.map(|()| TermEnd::Deposed),
+        end = publish_loop(shared, watcher, &leadership) => end,
+        end = reap_loop(shared, watcher, reaper, &leadership) => end,
+    }
+}
+
+/// What a pool's table depends on besides the table itself: recomputing is skipped while these
+/// stay the same.
+#[derive(PartialEq)]
+struct Inputs {
+    pools: BTreeMap<u32, PoolRecord>,
+    pg_tables: BTreeMap<u32, PgTableRecord>,
+    osds: BTreeMap<u32, OsdRecord>,
+    live: BTreeSet<u32>,
+    in_grace: bool,
+}
+
+impl Inputs {
+    fn of(map: &ClusterMap, in_grace: bool) -> Inputs {
+        Inputs {
+            pools: map.pools.clone(),
+            pg_tables: map.pg_tables.clone(),
+            osds: map.osds.clone(),
+            live: map.live.keys().copied().collect(),
+            in_grace,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum PublishError {
+    #[error("the leader key belongs to another term")]
+    Deposed,
+    #[error("the table of pool {pool} changed while it was computed")]
+    Raced { pool: u32 },
+    #[error(transparent)]
+    Store(#[from] MetaError),
+    #[error(transparent)]
+    Record(#[from] cluster::RecordError),
+}
+
+/// Publishes every pool's table whenever the OSD map or the pools change.
+async fn publish_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leadership) -> Result<TermEnd, MetaError> {
+    let mut receiver = watcher.subscribe();
+    let mut last_inputs: Option<Inputs> = None;
+    let mut retry_at: Option<Instant> = None;
+    let mut reported: BTreeMap<u32, String> = BTreeMap::new();
+    let grace_end = shared.started + shared.config.liveness_grace;
+    loop {
+        let map = receiver.borrow_and_update().clone();
+        let now = Instant::now();
+        let in_grace = now < grace_end;
+        let inputs = Inputs::of(&map, in_grace);
+        let due = retry_at.is_some_and(|at| now >= at);
+        if due || last_inputs.as_ref() != Some(&inputs) {
+            retry_at = None;
+            match publish_all(shared, leadership, &map, in_grace, &mut reported).await {
+                Ok(()) => last_inputs = Some(inputs),
+                Err(PublishError::Deposed) => return Ok(TermEnd::Deposed),
+                Err(error @ PublishError::Raced { .. }) => {
+                    tracing::debug!(%error, "publishing again");
+                    retry_at = Some(now + Duration::from_millis(50));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "publishing PG tables failed; retrying in 1 s");
+                    retry_at = Some(now + Duration::from_secs(1));
+                }
+            }
+        }
+        let wake_at = [in_grace.then_some(grace_end), retry_at].into_iter().flatten().min();
+        tokio::select! {
+            changed = receiver.changed() => {
+                if changed.is_err() {
+                    return Err(MetaError::unavailable(shared.store.endpoint(), "the cluster map watcher stopped"));
+                }
+            }
+            _ = sleep_until(wake_at) => {}
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn publish_all(
+    shared: &Shared,
+    leadership: &Leadership,
+    map: &ClusterMap,
+    in_grace: bool,
+    reported: &mut BTreeMap<u32, String>,
+) -> Result<(), PublishError> {
+    let mut first_error = None;
+    for &pool in map.pools.keys() {
+        match publish_pool(shared.store.as_ref(), leadership, map, pool, in_grace, reported).await {
+            Ok(()) => {}
+            Err(PublishError::Deposed) => return Err(PublishError::Deposed),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    reported.retain(|pool, _| map.pools.contains_key(pool));
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Reads the pool and its stored table together, computes the next table and writes it with a
+/// transaction fenced by the leader key and by both records' last-write revisions.
+async fn publish_pool(
+    store: &dyn MetaStore,
+    leadership: &Leadership,
+    map: &ClusterMap,
+    pool_id: u32,
+    in_grace: bool,
+    reported: &mut BTreeMap<u32, String>,
+) -> Result<(), PublishError> {
+    let pool_key = keys::pool(pool_id);
+    let table_key = keys::pg_table(pool_id);
+    let response = store
+        .txn(Txn { compares: vec![], success: vec![TxnOp::get(&pool_key), TxnOp::get(&table_key)], failure: vec![] })
+        .await?;
+    let (pool_kv, table_kv) = match response.results.as_slice() {
+        [TxnOpResult::Get(pool_kv), TxnOpResult::Get(table_kv)] => (pool_kv.clone(), table_kv.clone()),
+        other => return Err(MetaError::other(&pool_key, format!("unexpected transaction results {other:?}")).into()),
+    };
+    let Some(pool_kv) = pool_kv else {
+        return Ok(()); // Deleted since the map was read.
+    };
+    let pool: PoolRecord = decode(&pool_key, &pool_kv.value)?;
+    // A table that does not decode is not replaced: starting over at epoch 1 would let
+    // operations of older epochs through.
+    let previous: Option<PgTableRecord> = table_kv.as_ref().map(|kv| decode(&table_key, &kv.value)).transpose()?;
+    let osds = osd_infos(map, previous.as_ref(), in_grace);
+    let table = match next_table(&pool, &osds, previous.as_ref()) {
+        TableChange::Unchanged => {
+            reported.remove(&pool_id);
+            return Ok(());
+        }
+        TableChange::NoEligibleOsd(reason) => {
+            if reported.get(&pool_id) != Some(&reason) {
+                tracing::warn!(pool = %pool.name, %reason, "no PG table published");
+                reported.insert(pool_id, reason);
+            }
+            return Ok(());
+        }
+        TableChange::Publish(table) => table,
+    };
+    reported.remove(&pool_id);
+    let response = store
+        .txn(Txn {
+            compares: vec![
+                Compare::create_revision(keys::MON_LEADER, CompareOp::Equal, leadership.revision),
+                Compare::mod_revision(&pool_key, CompareOp::Equal, pool_kv.mod_revision),
+                Compare::mod_revision(&table_key, CompareOp::Equal, table_kv.as_ref().map_or(0, |kv| kv.mod_revision)),
+            ],
+            success: vec![TxnOp::put(&table_key, encode(&table), None)],
+            failure: vec![TxnOp::get(keys::MON_LEADER)],
+        })
+        .await?;
+    if response.succeeded {
+        let changed = match &previous {
+            Some(previous) => {
+                table.pgs.iter().zip(&previous.pgs).filter(|(new, old)| new != old).count()
+                    + table.pgs.len().saturating_sub(previous.pgs.len())
+            }
+            None => table.pgs.len(),
+        };
+        tracing::info!(pool = %pool.name, table_epoch = table.table_epoch, changed_pgs = changed, "published a PG table");
+        return Ok(());
+    }
+    match response.results.as_slice() {
+        [TxnOpResult::Get(Some(leader))] if leader.create_revision == leadership.revision => {
+            Err(PublishError::Raced { pool: pool_id })
+        }
+        _ => Err(PublishError::Deposed),
+    }
+}
+
+/// Deletes the volumes flagged `deleting`, one at a time, whenever the map shows some.
+async fn reap_loop(
+    shared: &Shared,
+    watcher: &MapWatcher,
+    reaper: Option<&dyn VolumeReaper>,
+    leadership: &Leadership,
+) -> Result<TermEnd, MetaError> {
+    let store = shared.store.as_ref();
+    let mut receiver = watcher.subscribe();
+    loop {
+        let map = receiver.borrow_and_update().clone();
+        let mut failed = false;
+        for volume in map.volumes.values().filter(|volume| volume.is_deleting()) {
+            let key = keys::volume(&volume.name);
+            // The map has no revisions: read the record again for the comparison.
+            let current = match store.get(&key).await {
+                Ok(Some(kv)) => decode::<VolumeRecord>(&key, &kv.value).map(|record| (record, kv.mod_revision)),
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, volume = %volume.name, "reading a volume to delete failed");
+                    failed = true;
+                    continue;
+                }
+            };
+            let (record, revision) = match current {
+                Ok(current) => current,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot delete a volume whose record does not decode");
+                    continue;
+                }
+            };
+            if !record.is_deleting() {
+                continue;
+            }
+            if let Err(error) = reap_volume(store, leadership, reaper, &shared.progress, &record, revision).await {
+                tracing::warn!(%error, "volume deletion failed; retrying in 5 s");
+                failed = true;
+            }
+        }
+        tokio::select! {
+            changed = receiver.changed() => {
+                if changed.is_err() {
+                    return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_secs(5)), if failed => {}
+        }
+    }
+}

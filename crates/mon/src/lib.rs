@@ -1,0 +1,215 @@
+//! The Basalt monitor: the process that turns the OSD map into PG tables and serves the
+//! cluster's administrative API.
+//!
+//! Every mon serves the JSON HTTP API (`api`, `docs/design/api.md`) and campaigns for
+//! leadership on `/basalt/mon/leader` (`leader`). Only the leader publishes PG tables
+//! (`pg_tables`) and deletes volumes flagged `deleting` (`reaper`); administrative writes
+//! (`admin`) are compare-and-swap transactions that any mon may run. The mon talks to OSDs only
+//! through the metadata store. `docs/adr/0006-monitor-and-api.md` records the decisions.
+//!
+//! [`Mon::start`] runs a mon inside the caller's tokio runtime on any [`MetaStore`], so
+//! `basalt mon` and a single-process cluster share this code.
+
+mod admin;
+mod api;
+mod leader;
+pub mod pg_tables;
+pub mod reaper;
+pub mod stderr_log;
+pub mod views;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster::MapWatcher;
+use meta::{MetaError, MetaStore};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+pub use admin::{
+    check_name, default_pg_count, AdminError, CreatePool, CreateVolume, ResizeVolume, OBJECT_SIZE_DEFAULT_BYTES,
+    PGS_PER_OSD_DEFAULT, VOLUME_SIZE_ALIGNMENT_BYTES,
+};
+pub use reaper::{DeletionProgress, VolumeReaper};
+
+/// The lease TTL of the leader key.
+pub const LEASE_TTL_DEFAULT: Duration = Duration::from_secs(5);
+/// How often the leader renews its lease: a third of the TTL leaves two chances before expiry.
+pub const KEEP_ALIVE_INTERVAL_DEFAULT: Duration = Duration::from_millis(1500);
+/// How long a freshly started mon keeps the members of stored tables that have no liveness key
+/// (ADR 0005): one OSD lease TTL.
+pub const LIVENESS_GRACE_DEFAULT: Duration = Duration::from_secs(10);
+
+/// How one mon runs.
+#[derive(Debug, Clone)]
+pub struct MonConfig {
+    /// The mon's name in the leader record and in logs.
+    pub mon_id: String,
+    /// The API address other parties should use for this mon; `None` uses the listener's
+    /// local address.
+    pub api_address: Option<String>,
+    /// The metadata store URL clients and OSDs should use, reported by `GET /cluster`.
+    pub meta_url: String,
+    pub lease_ttl: Duration,
+    pub keep_alive_interval: Duration,
+    pub liveness_grace: Duration,
+}
+
+impl MonConfig {
+    pub fn new(mon_id: impl Into<String>, meta_url: impl Into<String>) -> MonConfig {
+        MonConfig {
+            mon_id: mon_id.into(),
+            api_address: None,
+            meta_url: meta_url.into(),
+            lease_ttl: LEASE_TTL_DEFAULT,
+            keep_alive_interval: KEEP_ALIVE_INTERVAL_DEFAULT,
+            liveness_grace: LIVENESS_GRACE_DEFAULT,
+        }
+    }
+}
+
+/// Whether this mon currently leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Candidate,
+    Leader,
+}
+
+/// Why a mon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MonError {
+    #[error("the mon cannot read or initialise the metadata store")]
+    Store(#[from] MetaError),
+    #[error("the mon cannot initialise the cluster record")]
+    Cluster(#[from] AdminError),
+    #[error("the mon API listener has no local address")]
+    Listener(#[source] std::io::Error),
+}
+
+/// What the API and the leader tasks share.
+pub(crate) struct Shared {
+    pub store: Arc<dyn MetaStore>,
+    /// With `api_address` resolved.
+    pub config: ResolvedConfig,
+    pub progress: reaper::ProgressTable,
+    pub role: watch::Sender<Role>,
+    /// When the mon started, for the liveness grace.
+    pub started: tokio::time::Instant,
+}
+
+pub(crate) struct ResolvedConfig {
+    pub mon_id: String,
+    pub api_address: String,
+    pub meta_url: String,
+    pub lease_ttl: Duration,
+    pub keep_alive_interval: Duration,
+    pub liveness_grace: Duration,
+}
+
+/// A running mon. Dropping it stops its tasks abruptly (as a crash would: the leader lease then
+/// expires on its own); [`Mon::shutdown`] hands leadership over at once.
+pub struct Mon {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+    api_address: SocketAddr,
+}
+
+impl Mon {
+    /// Creates the cluster record if the store has none, then serves the API on `listener` and
+    /// campaigns for leadership, in tasks of the current tokio runtime.
+    ///
+    /// `reaper` removes the objects of deleted volumes; `None` deletes their records at once
+    /// and leaves the objects for a later scrub.
+    pub async fn start(
+        store: Arc<dyn MetaStore>,
+        config: MonConfig,
+        listener: TcpListener,
+        reaper: Option<Arc<dyn VolumeReaper>>,
+    ) -> Result<Mon, MonError> {
+        let api_address = listener.local_addr().map_err(MonError::Listener)?;
+        let cluster = admin::ensure_cluster_record(store.as_ref()).await?;
+        let watcher = Arc::new(MapWatcher::start(store.clone()).await?);
+        let (role, _) = watch::channel(Role::Candidate);
+        let shared = Arc::new(Shared {
+            store,
+            config: ResolvedConfig {
+                api_address: config.api_address.unwrap_or_else(|| api_address.to_string()),
+                mon_id: config.mon_id,
+                meta_url: config.meta_url,
+                lease_ttl: config.lease_ttl,
+                keep_alive_interval: config.keep_alive_interval,
+                liveness_grace: config.liveness_grace,
+            },
+            progress: Default::default(),
+            role,
+            started: tokio::time::Instant::now(),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        tasks.spawn(leader::run_candidate(shared.clone(), watcher, reaper, stopped.clone()));
+        let router = api::router(shared.clone());
+        let mut api_stopped = stopped;
+        tasks.spawn(async move {
+            let shutdown = async move {
+                let _ = api_stopped.wait_for(|stopped| *stopped).await;
+            };
+            if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+                tracing::error!(%error, "the mon API server stopped");
+            }
+        });
+        tracing::info!(
+            mon = %shared.config.mon_id,
+            api = %api_address,
+            cluster_id = %cluster.cluster_id,
+            meta = %shared.config.meta_url,
+            "mon started"
+        );
+        Ok(Mon { shared, stop, tasks, api_address })
+    }
+
+    /// The address the API listens on.
+    pub fn api_address(&self) -> SocketAddr {
+        self.api_address
+    }
+
+    pub fn role(&self) -> Role {
+        *self.shared.role.borrow()
+    }
+
+    /// Follows this mon's role.
+    pub fn subscribe_role(&self) -> watch::Receiver<Role> {
+        self.shared.role.subscribe()
+    }
+
+    /// Stops leading (revoking the lease, so another mon takes over at once) and stops the API,
+    /// waiting at most a few seconds for requests in flight.
+    pub async fn shutdown(mut self) {
+        self.stop.send_replace(true);
+        let drained =
+            tokio::time::timeout(Duration::from_secs(3), async { while self.tasks.join_next().await.is_some() {} })
+                .await;
+        if drained.is_err() {
+            tracing::warn!(mon = %self.shared.config.mon_id, "mon tasks did not stop within 3 s; aborting them");
+            self.tasks.abort_all();
+        }
+        tracing::info!(mon = %self.shared.config.mon_id, "mon stopped");
+    }
+}
+
+/// Runs a mon until `shutdown` resolves, then stops it cleanly.
+pub async fn run(
+    store: Arc<dyn MetaStore>,
+    config: MonConfig,
+    listener: TcpListener,
+    reaper: Option<Arc<dyn VolumeReaper>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), MonError> {
+    let mon = Mon::start(store, config, listener, reaper).await?;
+    shutdown.await;
+    mon.shutdown().await;
+    Ok(())
+}

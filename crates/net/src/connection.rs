@@ -1,0 +1,307 @@
+//! `Connection`: the requesting side of one TCP connection, shared by many tasks.
+//!
+//! A call takes a slot of the connection's pending table, whose index and generation form the
+//! request id, sends its frame from the calling task (`Link::send`), and waits on the slot.
+//! The reader task decodes replies and completes slots by request id, waking their callers.
+//! Slots are reused, so a call allocates nothing of its own. A slot's generation grows on every
+//! release, so the late reply to an abandoned call can never complete a newer one: it is
+//! dropped.
+//!
+//! When the connection closes, for whatever reason, every waiting slot is completed with the
+//! same error and the table refuses new calls.
+
+use std::future::poll_fn;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
+
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use wire::{Body, Frame, Request, Response};
+
+use crate::limits::CALLS_IN_FLIGHT_MAX;
+use crate::link::{FrameReader, Link};
+use crate::NetError;
+
+/// A reply: the responder's PG epoch (for `WrongEpoch`, its current one) and the response,
+/// which is `Response::Failed { status, .. }` when the status is not `Ok`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub epoch: u64,
+    pub response: Response,
+}
+
+/// A handle to one pipelined wire-protocol connection. Clones share the connection; it closes
+/// when the last clone is dropped, or at the first error.
+///
+/// Any number of tasks may [`call`](Connection::call) at once, from any thread; at most
+/// [`limits::CALLS_IN_FLIGHT_MAX`](crate::limits::CALLS_IN_FLIGHT_MAX) calls are in flight and
+/// further calls wait for a free slot.
+#[derive(Clone)]
+pub struct Connection {
+    handle: Arc<Handle>,
+}
+
+/// Closes the connection when the last `Connection` clone goes; the reader task holds only
+/// `Shared`.
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    link: Arc<Link>,
+    pending: Mutex<Pending>,
+    /// Wakes calls waiting for a slot when the table was full, and all of them on close.
+    slot_freed: Notify,
+}
+
+struct Pending {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Set on close: every new call fails with it.
+    closed: Option<NetError>,
+}
+
+struct Slot {
+    generation: u32,
+    state: SlotState,
+}
+
+enum SlotState {
+    Free,
+    /// The call's frame is sent or being sent; the waker is set once the caller has polled.
+    Waiting(Option<Waker>),
+    Done(Result<Reply, NetError>),
+}
+
+fn request_id(index: u32, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(index)
+}
+
+fn split_request_id(request_id: u64) -> (usize, u32) {
+    // The low half is the slot index and the high half its generation, by construction.
+    ((request_id & u64::from(u32::MAX)) as usize, (request_id >> 32) as u32)
+}
+
+/// Connects to `address` (`host:port`), with `TCP_NODELAY` set.
+pub async fn connect(address: &str) -> Result<Connection, NetError> {
+    let connect_error =
+        |error: std::io::Error| NetError::Connect { address: address.to_string(), source: Arc::new(error) };
+    let stream = TcpStream::connect(address).await.map_err(connect_error)?;
+    stream.set_nodelay(true).map_err(connect_error)?;
+    Ok(Connection::from_stream(stream, address))
+}
+
+impl Connection {
+    /// Wraps a connected stream, naming the peer `peer` in errors, and starts its reader task.
+    /// Must be called inside a tokio runtime.
+    pub fn from_stream(stream: TcpStream, peer: &str) -> Connection {
+        let link = Link::new(stream, Arc::from(peer));
+        let shared = Arc::new(Shared {
+            link: link.clone(),
+            pending: Mutex::new(Pending { slots: Vec::new(), free: Vec::new(), closed: None }),
+            slot_freed: Notify::new(),
+        });
+        tokio::spawn(read_replies(shared.clone(), FrameReader::new(link)));
+        Connection { handle: Arc::new(Handle { shared }) }
+    }
+
+    /// Sends `request` with PG epoch `epoch` in its header and waits for the reply.
+    ///
+    /// Fails only if the connection is or becomes closed; a reply with a status other than `Ok`
+    /// is a successful call. Dropping the future abandons the call (its reply, if one comes, is
+    /// ignored); the request may still have reached the peer.
+    pub async fn call(&self, epoch: u64, request: Request) -> Result<Reply, NetError> {
+        let shared = &self.handle.shared;
+        let request_id = shared.reserve().await?;
+        let mut guard = SlotGuard { shared, request_id, armed: true };
+        shared.link.send(&Frame::request(request_id, epoch, request)).await?;
+        let reply = poll_fn(|cx| shared.poll_reply(request_id, cx.waker())).await;
+        guard.armed = false;
+        reply
+    }
+
+    /// Whether the connection has closed; every call on it then fails at once.
+    pub fn is_closed(&self) -> bool {
+        self.handle.shared.link.is_closed()
+    }
+
+    /// Closes the connection: calls in flight and later calls fail with `reason`.
+    pub fn close(&self, reason: &str) {
+        self.handle.shared.close(&format!("closed by this side: {reason}"));
+    }
+
+    /// The peer's address, as given to [`connect`].
+    pub fn peer(&self) -> &str {
+        self.handle.shared.link.peer()
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("peer", &self.peer()).field("closed", &self.is_closed()).finish()
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.close("closed by this side: every handle was dropped");
+    }
+}
+
+/// Releases a call's slot if the call ends before taking its reply (an error or a drop).
+struct SlotGuard<'a> {
+    shared: &'a Shared,
+    request_id: u64,
+    armed: bool,
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut pending = self.shared.lock();
+            self.shared.release(&mut pending, self.request_id);
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().expect("pending table lock poisoned")
+    }
+
+    /// Takes a free slot, waiting while all `CALLS_IN_FLIGHT_MAX` are in use.
+    async fn reserve(&self) -> Result<u64, NetError> {
+        loop {
+            let notified = self.slot_freed.notified();
+            {
+                let mut pending = self.lock();
+                if let Some(error) = &pending.closed {
+                    return Err(error.clone());
+                }
+                if let Some(index) = pending.free.pop() {
+                    let slot = &mut pending.slots[index as usize];
+                    assert!(matches!(slot.state, SlotState::Free));
+                    slot.state = SlotState::Waiting(None);
+                    return Ok(request_id(index, slot.generation));
+                }
+                if pending.slots.len() < CALLS_IN_FLIGHT_MAX {
+                    // Cannot truncate: bounded by `CALLS_IN_FLIGHT_MAX`, asserted to fit in `u32`.
+                    let index = pending.slots.len() as u32;
+                    pending.slots.push(Slot { generation: 0, state: SlotState::Waiting(None) });
+                    return Ok(request_id(index, 0));
+                }
+            }
+            // A release stores a permit if no call waits yet, so this wait cannot miss it.
+            notified.await;
+        }
+    }
+
+    /// Frees the slot of `request_id`, which must be the caller's own.
+    fn release(&self, pending: &mut Pending, request_id: u64) {
+        let (index, generation) = split_request_id(request_id);
+        let slot = &mut pending.slots[index];
+        assert_eq!(slot.generation, generation);
+        assert!(!matches!(slot.state, SlotState::Free));
+        slot.state = SlotState::Free;
+        slot.generation = slot.generation.wrapping_add(1);
+        // Cannot truncate: slot indexes fit in `u32`.
+        pending.free.push(index as u32);
+        if pending.slots.len() == CALLS_IN_FLIGHT_MAX {
+            self.slot_freed.notify_one();
+        }
+    }
+
+    fn poll_reply(&self, request_id: u64, waker: &Waker) -> Poll<Result<Reply, NetError>> {
+        let mut pending = self.lock();
+        let (index, generation) = split_request_id(request_id);
+        let slot = &mut pending.slots[index];
+        assert_eq!(slot.generation, generation);
+        match &mut slot.state {
+            SlotState::Waiting(slot_waker) => {
+                match slot_waker {
+                    Some(existing) if existing.will_wake(waker) => {}
+                    _ => *slot_waker = Some(waker.clone()),
+                }
+                Poll::Pending
+            }
+            SlotState::Done(_) => {
+                let SlotState::Done(result) = std::mem::replace(&mut slot.state, SlotState::Waiting(None)) else {
+                    unreachable!("matched Done above");
+                };
+                self.release(&mut pending, request_id);
+                Poll::Ready(result)
+            }
+            SlotState::Free => unreachable!("a call polls only its own reserved slot"),
+        }
+    }
+
+    /// Hands a reply to its call. A reply whose call was abandoned is dropped.
+    fn complete(&self, request_id: u64, reply: Reply) {
+        let mut pending = self.lock();
+        let (index, generation) = split_request_id(request_id);
+        let waiting = pending.slots.get_mut(index).filter(|slot| slot.generation == generation);
+        let Some(slot) = waiting else {
+            tracing::debug!(peer = %self.link.peer(), request_id, "dropping a reply to an abandoned call");
+            return;
+        };
+        match std::mem::replace(&mut slot.state, SlotState::Done(Ok(reply))) {
+            SlotState::Waiting(waker) => {
+                drop(pending);
+                if let Some(waker) = waker {
+                    waker.wake();
+                }
+            }
+            previous @ (SlotState::Free | SlotState::Done(_)) => {
+                // Free: the call was abandoned and its slot not yet reused. Done: a second
+                // reply with the same id, which a correct peer never sends.
+                slot.state = previous;
+                tracing::debug!(peer = %self.link.peer(), request_id, "dropping an unexpected reply");
+            }
+        }
+    }
+
+    /// Closes the link and fails every call in flight with `reason`.
+    fn close(&self, reason: &str) {
+        self.link.close(reason);
+        let error = self.link.closed_error();
+        let mut wakers = Vec::new();
+        {
+            let mut pending = self.lock();
+            if pending.closed.is_some() {
+                return;
+            }
+            pending.closed = Some(error.clone());
+            for slot in &mut pending.slots {
+                if let SlotState::Waiting(waker) = &mut slot.state {
+                    wakers.extend(waker.take());
+                    slot.state = SlotState::Done(Err(error.clone()));
+                }
+            }
+        }
+        for waker in wakers {
+            waker.wake();
+        }
+        self.slot_freed.notify_waiters();
+    }
+}
+
+/// The reader task: completes calls until the connection closes, then fails the rest.
+async fn read_replies(shared: Arc<Shared>, mut reader: FrameReader) {
+    let reason = loop {
+        match reader.next().await {
+            Ok(Some(Frame { request_id, epoch, body: Body::Response(response) })) => {
+                shared.complete(request_id, Reply { epoch, response });
+            }
+            Ok(Some(Frame { request_id, body: Body::Request(request), .. })) => {
+                break format!(
+                    "protocol violation: the peer sent a {} request (request_id={request_id}) on a connection that only carries replies to it",
+                    request.opcode()
+                );
+            }
+            Ok(None) => break "the peer closed the connection".to_string(),
+            // The link is closed already; `close` keeps its reason.
+            Err(error) => break error.to_string(),
+        }
+    };
+    shared.close(&reason);
+}

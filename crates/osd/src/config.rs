@@ -1,0 +1,97 @@
+//! What an OSD is started with: the drive, the metadata store, the addresses, its placement
+//! attributes and the timing knobs, with the defaults `basalt osd` uses.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meta::MetaStore;
+
+/// Where the metadata store is.
+#[derive(Clone)]
+pub enum Metadata {
+    /// A URL for `cluster::connect` (`http://...` for etcd, `basalt://...` for an embedded store
+    /// served by a mon); the OSD connects from its own thread.
+    Url(String),
+    /// A store already open in this process (`basalt dev`, tests). Its background tasks must run
+    /// on a runtime that outlives the OSD.
+    Store(Arc<dyn MetaStore>),
+}
+
+impl fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Metadata::Url(url) => write!(f, "Url({url:?})"),
+            Metadata::Store(store) => write!(f, "Store({:?})", store.endpoint()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct OsdConfig {
+    pub metadata: Metadata,
+    /// The engine's file or block device, formatted by `basalt osd init`.
+    pub data_path: PathBuf,
+    /// `host:port` to listen on; port 0 picks a free port.
+    pub listen_address: String,
+    /// The address peers and clients use, published in the liveness key. Defaults to the bound
+    /// listen address, which must then name a specific IP.
+    pub advertise_address: Option<String>,
+    /// Defaults to the machine's hostname.
+    pub host: Option<String>,
+    /// Defaults to `default`.
+    pub rack: Option<String>,
+    pub tags: BTreeSet<String>,
+    /// Lease TTL of the liveness key, whole seconds (at least one).
+    pub lease_ttl: Duration,
+    /// How long the OSD polls for more work before parking its thread while ops are in flight
+    /// (zero: never spin).
+    pub spin: Duration,
+    /// How long an op carrying a newer PG epoch than this OSD's waits for the map to catch up.
+    pub epoch_wait: Duration,
+    /// How long a primary waits for a replica's reply before failing the op with `Busy`.
+    pub replica_timeout: Duration,
+    /// How long a primary waits to connect to a replica.
+    pub connect_timeout: Duration,
+    /// How long a clean shutdown waits for ops in flight, and then for the journal flush.
+    pub shutdown_timeout: Duration,
+    /// Submission ring entries of the drive's io_uring.
+    pub queue_depth: u32,
+    pub engine: engine::EngineOptions,
+}
+
+impl OsdConfig {
+    /// A configuration with the defaults of `basalt osd`.
+    pub fn new(metadata: Metadata, data_path: impl Into<PathBuf>, listen_address: impl Into<String>) -> OsdConfig {
+        OsdConfig {
+            metadata,
+            data_path: data_path.into(),
+            listen_address: listen_address.into(),
+            advertise_address: None,
+            host: None,
+            rack: None,
+            tags: BTreeSet::new(),
+            lease_ttl: Duration::from_secs(10),
+            spin: Duration::ZERO,
+            epoch_wait: Duration::from_millis(1500),
+            replica_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            shutdown_timeout: Duration::from_secs(3),
+            queue_depth: 256,
+            engine: engine::EngineOptions::default(),
+        }
+    }
+
+    /// The lease TTL in the store's unit, whole seconds.
+    pub(crate) fn lease_ttl_s(&self) -> u64 {
+        self.lease_ttl.as_secs().max(1)
+    }
+
+    /// How early the OSD stops acknowledging writes before its lease could expire: a fifth of
+    /// the TTL, for scheduling delays and clock rate differences between OSD and store.
+    pub(crate) fn fence_margin(&self) -> Duration {
+        Duration::from_secs(self.lease_ttl_s()) / 5
+    }
+}

@@ -1,0 +1,316 @@
+//! `EngineIo`: the engine on the OSD's thread, awaited by tasks, driven by disk completions.
+//!
+//! Tasks submit requests and await their replies (`EngineIo::submit` returns an [`EngineOp`]
+//! future). One driver task ([`EngineIo::drive`]) owns the rhythm: it waits until the ring's
+//! completion eventfd is readable or a task has queued a request, then calls `Engine::poll`,
+//! which hands queued submissions to the kernel and moves finished work out, and wakes the
+//! waiting tasks. Everything runs on one thread: no locks, no hand-offs, and a disk completion
+//! costs a thread wake-up only if the thread was parked.
+//!
+//! With a spin budget (`--spin-us`), the driver keeps polling (the engine's completion queue,
+//! and the sockets through a zero-timeout epoll by yielding to the runtime) for that long after
+//! the last sign of activity while anything is in flight, before it lets the thread park.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use engine::{Completion, Engine, EngineError, Reply, Request};
+use platform::Disk;
+use platform_linux::{CompletionNotifier, UringDisk};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::Notify;
+
+use crate::limits::ENGINE_OPS_IN_FLIGHT_MAX;
+
+/// The engine and the table of requests in flight in it.
+pub(crate) struct EngineIo {
+    engine: RefCell<Engine<UringDisk>>,
+    slots: RefCell<Slots>,
+    notifier: AsyncFd<CompletionNotifier>,
+    /// Set by `submit`: the driver polls the engine so the request reaches the kernel.
+    kick: Notify,
+    /// Signalled after every poll that moved something (shutdown waits on it).
+    progressed: Notify,
+    /// Ops outside the engine (waiting for replicas) that make spinning worthwhile.
+    busy_ops: Cell<usize>,
+    spin: Duration,
+    last_activity: Cell<Instant>,
+}
+
+#[derive(Default)]
+struct Slots {
+    entries: Vec<Slot>,
+    free: Vec<u32>,
+    live_count: usize,
+}
+
+struct Slot {
+    generation: u32,
+    state: SlotState,
+}
+
+enum SlotState {
+    Free,
+    Waiting(Option<Waker>),
+    Done(Result<Reply, EngineError>),
+    /// The awaiting future was dropped; the completion only frees the slot.
+    Abandoned,
+}
+
+fn user_data(index: u32, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(index)
+}
+
+fn split_user_data(user_data: u64) -> (usize, u32) {
+    // The low half is the index and the high half the generation, by construction.
+    ((user_data & u64::from(u32::MAX)) as usize, (user_data >> 32) as u32)
+}
+
+impl EngineIo {
+    /// Takes over an open engine and the completion notifier of its disk (registered before
+    /// the engine was opened). Must be called inside the runtime that will drive it.
+    pub(crate) fn new(
+        engine: Engine<UringDisk>,
+        notifier: CompletionNotifier,
+        spin: Duration,
+    ) -> std::io::Result<EngineIo> {
+        // SAFETY: the notifier owns its descriptor for as long as it lives, which is inside the
+        // `AsyncFd`, and `as_raw_fd` always returns that same descriptor.
+        let notifier = unsafe { AsyncFd::register_with_interest(notifier, Interest::READABLE) }
+            .map_err(|error| error.into_parts().1)?;
+        Ok(EngineIo {
+            engine: RefCell::new(engine),
+            slots: RefCell::new(Slots::default()),
+            notifier,
+            kick: Notify::new(),
+            progressed: Notify::new(),
+            busy_ops: Cell::new(0),
+            spin,
+            last_activity: Cell::new(Instant::now()),
+        })
+    }
+
+    /// Read access to the engine between polls (versions, listings, space).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&Engine<UringDisk>) -> R) -> R {
+        f(&self.engine.borrow())
+    }
+
+    /// Queues `request` in the engine; the returned future resolves with its reply.
+    ///
+    /// The request reaches the kernel at the driver's next poll, after the current task yields,
+    /// so a task that submits and then sends to replicas puts the network first.
+    pub(crate) fn submit(self: &Rc<Self>, request: Request) -> EngineOp {
+        let user_data = {
+            let mut slots = self.slots.borrow_mut();
+            assert!(slots.live_count < ENGINE_OPS_IN_FLIGHT_MAX);
+            slots.live_count += 1;
+            if let Some(index) = slots.free.pop() {
+                let slot = &mut slots.entries[index as usize];
+                assert!(matches!(slot.state, SlotState::Free));
+                slot.state = SlotState::Waiting(None);
+                user_data(index, slot.generation)
+            } else {
+                // Cannot truncate: bounded by `ENGINE_OPS_IN_FLIGHT_MAX`.
+                let index = slots.entries.len() as u32;
+                slots.entries.push(Slot { generation: 0, state: SlotState::Waiting(None) });
+                user_data(index, 0)
+            }
+        };
+        self.engine.borrow_mut().submit(user_data, request);
+        self.kick.notify_one();
+        EngineOp { io: self.clone(), user_data, finished: false }
+    }
+
+    /// Requests in flight in the engine.
+    pub(crate) fn ops_in_flight(&self) -> usize {
+        self.slots.borrow().live_count
+    }
+
+    /// Counts an op that waits outside the engine (for replicas), for the spin decision.
+    pub(crate) fn busy_guard(self: &Rc<Self>) -> BusyGuard {
+        self.busy_ops.set(self.busy_ops.get() + 1);
+        self.last_activity.set(Instant::now());
+        BusyGuard { io: self.clone() }
+    }
+
+    /// Asks the flusher to empty the journal and drives the engine until it is idle or
+    /// `timeout` passes. Returns whether the journal is empty.
+    pub(crate) async fn flush_journal(&self, timeout: Duration) -> bool {
+        self.engine.borrow_mut().request_flush();
+        self.kick.notify_one();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let progressed = self.progressed.notified();
+            {
+                let engine = self.engine.borrow();
+                if engine.poisoned().is_some() {
+                    return false;
+                }
+                if engine.is_idle() {
+                    return engine.is_flushed();
+                }
+            }
+            // Poll now and then even without a signal: the flusher may start without a completion.
+            let wait = tokio::time::timeout_at(
+                deadline.min(tokio::time::Instant::now() + Duration::from_millis(10)),
+                progressed,
+            );
+            if wait.await.is_err() && tokio::time::Instant::now() >= deadline {
+                return self.engine.borrow().is_flushed();
+            }
+            self.kick.notify_one();
+        }
+    }
+
+    /// The driver task: polls the engine whenever the disk or a task has something for it.
+    /// Runs until the runtime drops it.
+    pub(crate) async fn drive(self: Rc<Self>) {
+        let mut completions = Vec::new();
+        loop {
+            tokio::select! {
+                biased;
+                ready = self.notifier.readable() => match ready {
+                    Ok(mut guard) => {
+                        // Cleared before the poll: a completion posted after it signals again.
+                        guard.get_inner().clear();
+                        guard.clear_ready();
+                    }
+                    Err(error) => panic!("waiting on the disk completion eventfd failed: {error}"),
+                },
+                () = self.kick.notified() => {}
+            }
+            self.poll_once(&mut completions);
+            if !self.spin.is_zero() {
+                self.spin(&mut completions).await;
+            }
+        }
+    }
+
+    /// Keeps polling without parking while something is in flight and the last activity is
+    /// less than the spin budget ago.
+    async fn spin(&self, completions: &mut Vec<Completion>) {
+        loop {
+            let in_flight = self.ops_in_flight() > 0
+                || self.busy_ops.get() > 0
+                || self.engine.borrow().disk().in_flight_count() > 0;
+            if !in_flight || self.last_activity.get().elapsed() >= self.spin {
+                return;
+            }
+            // Lets the other tasks run and the runtime poll the sockets without blocking.
+            tokio::task::yield_now().await;
+            self.poll_once(completions);
+        }
+    }
+
+    /// Polls the engine once and wakes the tasks whose requests finished. Returns how many did.
+    fn poll_once(&self, completions: &mut Vec<Completion>) -> usize {
+        self.engine.borrow_mut().poll(completions);
+        let finished = completions.len();
+        if finished == 0 {
+            return 0;
+        }
+        self.last_activity.set(Instant::now());
+        let mut wakers = Vec::new();
+        {
+            let mut slots = self.slots.borrow_mut();
+            for completion in completions.drain(..) {
+                let (index, generation) = split_user_data(completion.user_data);
+                let slot = &mut slots.entries[index];
+                assert_eq!(slot.generation, generation, "a completion for a slot of another request");
+                match std::mem::replace(&mut slot.state, SlotState::Done(completion.result)) {
+                    SlotState::Waiting(waker) => wakers.extend(waker),
+                    SlotState::Abandoned => {
+                        slot.state = SlotState::Free;
+                        slot.generation = slot.generation.wrapping_add(1);
+                        slots.free.push(index as u32);
+                        slots.live_count -= 1;
+                    }
+                    SlotState::Free | SlotState::Done(_) => unreachable!("a second completion for one request"),
+                }
+            }
+        }
+        for waker in wakers {
+            waker.wake();
+        }
+        self.progressed.notify_waiters();
+        finished
+    }
+}
+
+/// An op waiting outside the engine; see [`EngineIo::busy_guard`].
+pub(crate) struct BusyGuard {
+    io: Rc<EngineIo>,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.io.busy_ops.set(self.io.busy_ops.get() - 1);
+        self.io.last_activity.set(Instant::now());
+    }
+}
+
+/// The reply of one engine request. Dropping it before the reply abandons the request (the
+/// engine still completes it).
+pub(crate) struct EngineOp {
+    io: Rc<EngineIo>,
+    user_data: u64,
+    finished: bool,
+}
+
+impl Future for EngineOp {
+    type Output = Result<Reply, EngineError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        assert!(!self.finished, "an engine op polled after it finished");
+        let (index, generation) = split_user_data(self.user_data);
+        let mut slots = self.io.slots.borrow_mut();
+        let slot = &mut slots.entries[index];
+        assert_eq!(slot.generation, generation);
+        match &mut slot.state {
+            SlotState::Waiting(waker) => {
+                match waker {
+                    Some(existing) if existing.will_wake(cx.waker()) => {}
+                    _ => *waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            SlotState::Done(_) => {
+                let SlotState::Done(result) = std::mem::replace(&mut slot.state, SlotState::Free) else {
+                    unreachable!("matched Done above")
+                };
+                slot.generation = slot.generation.wrapping_add(1);
+                slots.free.push(index as u32);
+                slots.live_count -= 1;
+                drop(slots);
+                self.finished = true;
+                Poll::Ready(result)
+            }
+            SlotState::Free | SlotState::Abandoned => unreachable!("an engine op polls only its own slot"),
+        }
+    }
+}
+
+impl Drop for EngineOp {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let (index, generation) = split_user_data(self.user_data);
+        let mut slots = self.io.slots.borrow_mut();
+        let slot = &mut slots.entries[index];
+        assert_eq!(slot.generation, generation);
+        if matches!(slot.state, SlotState::Done(_)) {
+            slot.state = SlotState::Free;
+            slot.generation = slot.generation.wrapping_add(1);
+            slots.free.push(index as u32);
+            slots.live_count -= 1;
+        } else {
+            slot.state = SlotState::Abandoned;
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The Basalt OSD daemon: one drive's engine on one thread, serving the wire protocol as the
+//! primary and as a replica of PGs, registered and kept alive in the metadata store.
+//!
+//! One OSD is one thread running a tokio `current_thread` runtime. The engine, the sockets and
+//! the metadata client all live on it: a request runs to completion on that thread, disk
+//! completions arrive through the io_uring's eventfd (`engine_io.rs`), and nothing is handed to
+//! another thread (ADR 0008). [`run`] is the whole daemon on the calling thread; [`spawn`]
+//! starts one on a thread of its own, so one process can host several (`basalt dev`, tests).
+//!
+//! - `registration.rs`: the OSD id and the `/basalt/osd/<id>` record.
+//! - `liveness.rs`: the leased liveness key, renewal, and fencing.
+//! - `ops.rs`: the ops, primary and replica; `locks.rs`: per-object queues.
+//! - `peers.rs`: connections to the other members of a PG; `server.rs`: the listener.
+//!
+//! `docs/design/osd.md` describes the behaviour: ops, epochs, versions, fencing, threading.
+
+mod config;
+mod engine_io;
+mod error;
+pub mod limits;
+mod liveness;
+mod locks;
+mod ops;
+mod peers;
+mod registration;
+mod server;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use engine::layout::SuperblockError;
+use engine::{Engine, OpenError};
+use meta::MetaStore;
+use platform_linux::{UringDisk, UringOptions};
+use tokio::net::TcpListener;
+
+pub use config::{Metadata, OsdConfig};
+pub use error::OsdError;
+
+use crate::engine_io::EngineIo;
+use crate::liveness::Liveness;
+use crate::ops::Osd;
+use crate::peers::Peers;
+use crate::registration::Identity;
+
+/// How a running OSD is told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Stop accepting, finish the ops in flight, revoke the lease (deleting the liveness key),
+    /// flush the journal.
+    Graceful,
+    /// Stop at once, as a crash would: the liveness key stays until its lease expires.
+    Abort,
+}
+
+/// What a started OSD reports once it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    pub osd: u32,
+    /// The address published in the liveness key.
+    pub address: String,
+    /// The lease of this incarnation.
+    pub incarnation: i64,
+}
+
+/// Runs an OSD on the calling thread until `stop` resolves. `ready` is called once the OSD is
+/// registered and serving.
+pub fn run(config: OsdConfig, ready: impl FnOnce(&Ready), stop: impl Future<Output = Stop>) -> Result<(), OsdError> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OsdError::Runtime)?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, daemon(config, ready, stop))
+}
+
+/// An OSD running on its own thread.
+pub struct OsdHandle {
+    ready: Ready,
+    stop: Option<tokio::sync::oneshot::Sender<Stop>>,
+    thread: Option<std::thread::JoinHandle<Result<(), OsdError>>>,
+}
+
+/// Starts an OSD on a thread of its own and waits until it serves (or fails to start).
+pub fn spawn(config: OsdConfig) -> Result<OsdHandle, OsdError> {
+    let (ready_sender, ready_receiver) = std::sync::mpsc::channel();
+    let (stop_sender, stop_receiver) = tokio::sync::oneshot::channel();
+    // Named after the drive (Linux keeps 15 bytes), so per-thread statistics tell OSDs apart.
+    let name = config.data_path.file_name().map_or("osd".into(), |name| format!("osd-{}", name.to_string_lossy()));
+    let thread = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let ready = move |ready: &Ready| {
+                let _ = ready_sender.send(ready.clone());
+            };
+            run(config, ready, async move { stop_receiver.await.unwrap_or(Stop::Graceful) })
+        })
+        .map_err(OsdError::Runtime)?;
+    match ready_receiver.recv() {
+        Ok(ready) => Ok(OsdHandle { ready, stop: Some(stop_sender), thread: Some(thread) }),
+        Err(_) => match thread.join() {
+            Ok(Err(error)) => Err(error),
+            Ok(Ok(())) => Err(OsdError::Config { reason: "the osd stopped before it was ready".into() }),
+            Err(_) => Err(OsdError::Panicked),
+        },
+    }
+}
+
+impl OsdHandle {
+    pub fn ready(&self) -> &Ready {
+        &self.ready
+    }
+
+    pub fn id(&self) -> u32 {
+        self.ready.osd
+    }
+
+    pub fn address(&self) -> &str {
+        &self.ready.address
+    }
+
+    /// Stops the OSD (see [`Stop`]) and waits for its thread.
+    pub fn stop(mut self, how: Stop) -> Result<(), OsdError> {
+        self.finish(how)
+    }
+
+    fn finish(&mut self, how: Stop) -> Result<(), OsdError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(how);
+        }
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(OsdError::Panicked),
+        }
+    }
+}
+
+impl Drop for OsdHandle {
+    fn drop(&mut self) {
+        if let Err(error) = self.finish(Stop::Graceful) {
+            tracing::warn!(%error, "the osd failed while stopping");
+        }
+    }
+}
+
+/// The daemon on its thread: start, serve, stop.
+async fn daemon(
+    config: OsdConfig,
+    ready: impl FnOnce(&Ready),
+    stop: impl Future<Output = Stop>,
+) -> Result<(), OsdError> {
+    if config.lease_ttl.as_secs() == 0 {
+        return Err(OsdError::Config { reason: "the lease TTL must be at least one second".into() });
+    }
+    let path = config.data_path.clone();
+    let mut disk = UringDisk::open(&path, UringOptions { queue_depth: config.queue_depth, spin_before_wait_us: 0 })?;
+    let superblock = match Engine::probe(&mut disk) {
+        Ok(superblock) => superblock,
+        Err(OpenError::Superblock(SuperblockError::NotBasalt)) => return Err(OsdError::NotFormatted { path }),
+        Err(source) => return Err(OsdError::OpenEngine { path, source }),
+    };
+    let geometry = superblock.geometry;
+    let store: Arc<dyn MetaStore> = match &config.metadata {
+        Metadata::Store(store) => store.clone(),
+        Metadata::Url(url) => cluster::connect(url).await.map_err(OsdError::meta(format!("connecting to {url}")))?,
+    };
+    registration::check_cluster(store.as_ref(), &path, geometry.object_size_bytes).await?;
+    let identity = Identity {
+        host: config.host.clone().unwrap_or_else(registration::hostname),
+        rack: config.rack.clone().unwrap_or_else(|| "default".into()),
+        tags: config.tags.clone(),
+        capacity_bytes: u64::from(geometry.block_count) * u64::from(geometry.object_size_bytes),
+    };
+    let id = if superblock.osd_id == 0 {
+        let id = registration::allocate_id(store.as_ref(), &identity).await?;
+        Engine::set_osd_id(&mut disk, u64::from(id)).map_err(|source| OsdError::SetOsdId {
+            path: path.clone(),
+            osd: id,
+            source,
+        })?;
+        id
+    } else {
+        let id = u32::try_from(superblock.osd_id)
+            .map_err(|_| OsdError::InvalidOsdId { path: path.clone(), osd_id: superblock.osd_id })?;
+        registration::ensure_record(store.as_ref(), id, &identity).await?;
+        id
+    };
+
+    let notifier = disk.completion_notifier().map_err(OsdError::Runtime)?;
+    // Replays the journal on this thread: nothing is served yet.
+    let engine = Engine::open(disk, &config.engine).map_err(|source| OsdError::OpenEngine { path, source })?;
+    let engine = Rc::new(EngineIo::new(engine, notifier, config.spin).map_err(OsdError::Runtime)?);
+    let driver = tokio::task::spawn_local(engine.clone().drive());
+
+    let listener = TcpListener::bind(&config.listen_address)
+        .await
+        .map_err(|source| OsdError::Listen { address: config.listen_address.clone(), source })?;
+    let bound =
+        listener.local_addr().map_err(|source| OsdError::Listen { address: config.listen_address.clone(), source })?;
+    let address = advertised(&config, bound)?;
+
+    let watcher = cluster::MapWatcher::start(store.clone()).await.map_err(OsdError::meta("loading the cluster map"))?;
+    let liveness =
+        Rc::new(Liveness::new(store.clone(), id, address.clone(), config.lease_ttl_s(), config.fence_margin()));
+    let osd = Rc::new(Osd::new(
+        id,
+        engine.clone(),
+        liveness.clone(),
+        Peers::new(config.connect_timeout, config.replica_timeout),
+        watcher.subscribe(),
+        config.epoch_wait,
+    ));
+
+    // Served from here on, but every op is refused until the registration below succeeds.
+    let (stop_accepting, stop_signal) = tokio::sync::oneshot::channel::<()>();
+    let accepting = tokio::task::spawn_local(server::accept_until(osd.clone(), listener, async move {
+        let _ = stop_signal.await;
+    }));
+    liveness.register().await;
+    let keep_alive = tokio::task::spawn_local({
+        let liveness = liveness.clone();
+        async move { liveness.keep_alive().await }
+    });
+    let incarnation = liveness.lease().map_or(0, |lease| lease.0);
+    tracing::info!(osd = id, %address, incarnation, data = %config.data_path.display(), "osd serving");
+    ready(&Ready { osd: id, address: address.clone(), incarnation });
+
+    let how = stop.await;
+    if how == Stop::Abort {
+        tracing::info!(osd = id, "osd stopping at once");
+        return Ok(());
+    }
+    tracing::info!(osd = id, "osd stopping");
+    let _ = stop_accepting.send(());
+    let connections = accepting.await.unwrap_or_default();
+    let left = osd.stop_ops(config.shutdown_timeout).await;
+    if left > 0 {
+        tracing::warn!(osd = id, ops = left, "ops still in flight at shutdown are abandoned");
+    }
+    drop(connections);
+    keep_alive.abort();
+    liveness.revoke(config.shutdown_timeout).await;
+    osd.peers.close_all();
+    drop(watcher);
+    if !engine.flush_journal(config.shutdown_timeout).await {
+        tracing::warn!(osd = id, "the journal was not emptied at shutdown; the next start replays it");
+    }
+    driver.abort();
+    tracing::info!(osd = id, "osd stopped");
+    Ok(())
+}
+
+/// The address to publish: `--advertise`, or the bound address if it names a specific IP.
+fn advertised(config: &OsdConfig, bound: SocketAddr) -> Result<String, OsdError> {
+    if let Some(address) = &config.advertise_address {
+        return Ok(address.clone());
+    }
+    if bound.ip().is_unspecified() {
+        return Err(OsdError::Config {
+            reason: format!(
+                "listen address {} does not say where peers reach this OSD; give an advertise address",
+                config.listen_address
+            ),
+        });
+    }
+    Ok(bound.to_string())
+}

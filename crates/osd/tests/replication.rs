@@ -1,0 +1,236 @@
+//! Three OSDs in one process, each on its own thread, against an embedded metadata store:
+//! replicated writes, the refusals (role, epoch, arguments), a malformed frame, and writes
+//! that must not be acknowledged while a member of the PG is down.
+//!
+//! The pool and its PG table are written into the store directly (no mon), after the OSDs
+//! have registered and been given ids 1, 2 and 3.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cluster::object_pg;
+use common::{members, object_info, pattern, status, stripe_with_primary, Cluster, INODE, OBJECT_SIZE, PG_COUNT};
+use osd::Stop;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wire::{ObjectId, Opcode, PgId, Request, Response, Status};
+
+#[test]
+fn replicated_writes_are_on_every_member_and_read_back() {
+    let cluster = Cluster::start();
+    let (stripe, pg) = stripe_with_primary(1);
+    let object = ObjectId { inode: INODE, stripe };
+    let base = stripe * u64::from(OBJECT_SIZE);
+    let primary = cluster.connect(1);
+
+    let data = pattern(1, 8192);
+    let write = Request::Write { pg, inode: INODE, offset_bytes: base + 4096, data: data.clone() };
+    let reply = cluster.call_settled(&primary, 1, write);
+    assert_eq!(reply.response, Response::Write, "{reply:?}");
+    assert_eq!(reply.epoch, 1);
+
+    let infos: Vec<Response> = (1..=3).map(|osd| object_info(&cluster, osd, pg, object)).collect();
+    let Response::ObjectInfo { version, data_crc32c } = infos[0] else { panic!("object info: {:?}", infos[0]) };
+    assert_eq!(version, 1 << 40, "the first version of epoch 1");
+    let mut expected = vec![0u8; OBJECT_SIZE as usize];
+    expected[4096..4096 + 8192].copy_from_slice(&data);
+    assert_eq!(data_crc32c, crc32c::crc32c(&expected));
+    assert!(infos.iter().all(|info| *info == infos[0]), "replicas differ: {infos:?}");
+
+    let read = Request::Read { pg, inode: INODE, offset_bytes: base, length_bytes: 16384 };
+    let Response::Read { data: read } = cluster.call(&primary, 1, read).response else { panic!("read failed") };
+    assert_eq!(&read[..], &expected[..16384]);
+
+    // Zeroes, then a whole-object trim (a delete everywhere), then a barrier.
+    let zeroes = Request::WriteZeroes { pg, inode: INODE, offset_bytes: base + 4096, length_bytes: 4096 };
+    assert_eq!(cluster.call(&primary, 1, zeroes).response, Response::WriteZeroes);
+    let Response::ObjectInfo { version: after_zeroes, .. } = object_info(&cluster, 3, pg, object) else { panic!() };
+    assert_eq!(after_zeroes, version + 1);
+    let trim = Request::Trim { pg, inode: INODE, offset_bytes: base, length_bytes: OBJECT_SIZE };
+    assert_eq!(cluster.call(&primary, 1, trim).response, Response::Trim);
+    assert_eq!(cluster.call(&primary, 0, Request::Flush).response, Response::Flush);
+    for osd in 1..=3 {
+        let info = object_info(&cluster, osd, pg, object);
+        assert_eq!(info, Response::Failed { opcode: Opcode::ObjectInfo, status: Status::NoSuchObject }, "osd.{osd}");
+    }
+
+    // Pipelined writes to one object are serialized: versions follow arrival order.
+    let writes: Vec<_> = (0..8u8)
+        .map(|index| {
+            let offset_bytes = base + u64::from(index) * 4096;
+            let request = Request::Write { pg, inode: INODE, offset_bytes, data: pattern(index, 4096) };
+            let primary = primary.clone();
+            cluster.runtime.spawn(async move { primary.call(1, request).await })
+        })
+        .collect();
+    for write in writes {
+        assert_eq!(cluster.runtime.block_on(write).unwrap().unwrap().response, Response::Write);
+    }
+    let infos: Vec<Response> = (1..=3).map(|osd| object_info(&cluster, osd, pg, object)).collect();
+    assert!(infos.iter().all(|info| *info == infos[0]), "replicas differ after pipelined writes: {infos:?}");
+
+    // A replica lists the object with the version every member has.
+    let replica = cluster.connect(members(pg.pg)[1]);
+    let list = Request::SecList { pg, start: ObjectId { inode: 0, stripe: 0 }, count_max: 100 };
+    let Response::SecList { entries } = cluster.call(&replica, 1, list).response else { panic!("list failed") };
+    let Response::ObjectInfo { version, .. } = infos[0] else { panic!() };
+    assert!(entries.iter().any(|entry| entry.object == object && entry.version == version), "{entries:?}");
+}
+
+#[test]
+fn wrong_role_epoch_or_arguments_are_refused() {
+    let cluster = Cluster::start();
+    let (stripe, pg) = stripe_with_primary(2);
+    let object = ObjectId { inode: INODE, stripe };
+    let base = stripe * u64::from(OBJECT_SIZE);
+    let write = |offset_bytes: u64, size_bytes: usize| Request::Write {
+        pg,
+        inode: INODE,
+        offset_bytes,
+        data: pattern(9, size_bytes),
+    };
+    let primary = cluster.connect(2);
+    assert_eq!(cluster.call_settled(&primary, 1, write(base, 4096)).response, Response::Write);
+
+    // Not the primary.
+    let other = cluster.connect(members(pg.pg)[1]);
+    assert_eq!(status(&cluster.call(&other, 1, write(base, 4096))), Status::NotPrimary);
+    // An older epoch is told ours; a newer one that never comes is Busy.
+    let reply = cluster.call(&primary, 0, write(base, 4096));
+    assert_eq!((status(&reply), reply.epoch), (Status::WrongEpoch, 1));
+    assert_eq!(status(&cluster.call(&primary, 5, write(base, 4096))), Status::Busy);
+    // Misaligned, empty, across the object's end, in another PG, an unknown pool.
+    assert_eq!(status(&cluster.call(&primary, 1, write(base + 512, 4096))), Status::InvalidArgument);
+    assert_eq!(status(&cluster.call(&primary, 1, write(base, 0))), Status::InvalidArgument);
+    assert_eq!(status(&cluster.call(&primary, 1, write(base + 4096, OBJECT_SIZE as usize))), Status::OutOfRange);
+    let (other_stripe, _) = (0..1000)
+        .map(|stripe| (stripe, object_pg(INODE, stripe, PG_COUNT)))
+        .find(|(_, other)| *other != pg.pg)
+        .unwrap();
+    let misplaced = write(other_stripe * u64::from(OBJECT_SIZE), 4096);
+    assert_eq!(status(&cluster.call(&primary, 1, misplaced)), Status::InvalidArgument);
+    let unknown = Request::Read { pg: PgId { pool: 9, pg: 0 }, inode: INODE, offset_bytes: 0, length_bytes: 4096 };
+    assert_eq!(status(&cluster.call(&primary, 1, unknown)), Status::InvalidArgument);
+
+    // A replica op of an older epoch is refused before it touches data.
+    let replica = members(pg.pg)[1];
+    let replica_connection = cluster.connect(replica);
+    let stale = Request::SecWrite { pg, object, version: 5, offset_bytes: 0, data: pattern(3, 4096) };
+    let reply = cluster.call(&replica_connection, 0, stale.clone());
+    assert_eq!((status(&reply), reply.epoch), (Status::WrongEpoch, 1));
+    let info = |osd| object_info(&cluster, osd, pg, object);
+    assert_eq!(info(replica), info(2), "the stale replica op changed nothing");
+
+    // The PG moves to epoch 2: ops of epoch 1 are refused with the new epoch, and a replica
+    // op of epoch 1 too.
+    cluster.set_table(2, &[pg.pg]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reply = loop {
+        let reply = cluster.call(&primary, 1, write(base, 4096));
+        if status(&reply) == Status::WrongEpoch || Instant::now() > deadline {
+            break reply;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!((status(&reply), reply.epoch), (Status::WrongEpoch, 2));
+    let list = Request::SecList { pg, start: object, count_max: 1 };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status(&cluster.call(&replica_connection, 1, list.clone())) != Status::WrongEpoch {
+        assert!(Instant::now() < deadline, "the replica never saw epoch 2");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reply = cluster.call(&replica_connection, 1, stale);
+    assert_eq!((status(&reply), reply.epoch), (Status::WrongEpoch, 2));
+    let reply = cluster.call_settled(&primary, 2, write(base, 4096));
+    assert_eq!(reply.response, Response::Write);
+    let Response::ObjectInfo { version, .. } = info(replica) else { panic!() };
+    assert_eq!(version, 2 << 40, "the first write of epoch 2 jumps to its versions");
+}
+
+#[test]
+fn a_malformed_frame_closes_only_its_connection() {
+    let cluster = Cluster::start();
+    let (stripe, pg) = stripe_with_primary(3);
+    let primary = cluster.connect(3);
+    let read = Request::Read { pg, inode: INODE, offset_bytes: stripe * u64::from(OBJECT_SIZE), length_bytes: 4096 };
+    assert_eq!(cluster.call_settled(&primary, 1, read.clone()).response.status(), Status::Ok);
+
+    let address = cluster.address(3);
+    cluster.runtime.block_on(async {
+        let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+        socket.write_all(b"BSLW\x01\x00 this is not a frame header, not at all....").await.unwrap();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut rest)).await;
+        assert!(matches!(read, Ok(Ok(_))), "the osd kept a connection with a malformed frame open: {read:?}");
+    });
+
+    assert_eq!(cluster.call(&primary, 1, read).response.status(), Status::Ok);
+    assert_eq!(cluster.call(&primary, 0, Request::Ping).response, Response::Ping);
+}
+
+#[test]
+fn writes_are_not_acknowledged_while_a_member_is_down() {
+    let mut cluster = Cluster::start();
+    let (stripe, pg) = stripe_with_primary(1);
+    let object = ObjectId { inode: INODE, stripe };
+    let base = stripe * u64::from(OBJECT_SIZE);
+    let write = |seed| Request::Write { pg, inode: INODE, offset_bytes: base, data: pattern(seed, 4096) };
+    let primary = cluster.connect(1);
+    assert_eq!(cluster.call_settled(&primary, 1, write(1)).response, Response::Write);
+    let Response::ObjectInfo { version: acknowledged, .. } = object_info(&cluster, 2, pg, object) else { panic!() };
+
+    // A member that crashed: its liveness key stays until the lease expires, but nothing
+    // answers at its address.
+    let crashed = members(pg.pg)[2];
+    cluster.stop(crashed, Stop::Abort);
+    assert!(cluster.live(crashed).is_some());
+    let reply = cluster.call(&primary, 1, write(2));
+    assert_eq!(status(&reply), Status::Busy);
+    // Reads do not need the replicas.
+    let read = Request::Read { pg, inode: INODE, offset_bytes: base, length_bytes: 4096 };
+    assert_eq!(status(&cluster.call(&primary, 1, read)), Status::Ok);
+
+    // Once its lease has expired, the member is down in the map: Busy at once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.live(crashed).is_some() {
+        assert!(Instant::now() < deadline, "the crashed osd's liveness key never expired");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let started = Instant::now();
+    let reply = cluster.call(&primary, 1, write(3));
+    assert_eq!(status(&reply), Status::Busy);
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // The surviving replica holds what was acknowledged, and maybe the unacknowledged
+    // attempts (they were written locally and sent before the failure was known), never more.
+    let survivor = members(pg.pg)[1];
+    let Response::ObjectInfo { version, .. } = object_info(&cluster, survivor, pg, object) else { panic!() };
+    assert!(version >= acknowledged && version <= acknowledged + 2, "{version} vs {acknowledged}");
+
+    // A member stopped cleanly removes its key at once.
+    cluster.stop(survivor, Stop::Graceful);
+    assert!(cluster.live(survivor).is_none(), "a clean stop revokes the lease");
+    assert_eq!(status(&cluster.call(&primary, 1, write(4))), Status::Busy);
+}
+
+#[test]
+fn an_osd_registers_again_after_losing_its_lease() {
+    let cluster = Cluster::start();
+    let before = cluster.live(1).expect("registered");
+    cluster.runtime.block_on(cluster.store.lease_revoke(meta::LeaseId(before.incarnation))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        if let Some(after) = cluster.live(1) {
+            break after;
+        }
+        assert!(Instant::now() < deadline, "the osd did not register again");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_ne!(after.incarnation, before.incarnation);
+    assert_eq!(after.address, before.address);
+    let (stripe, pg) = stripe_with_primary(1);
+    let primary = cluster.connect(1);
+    let write =
+        Request::Write { pg, inode: INODE, offset_bytes: stripe * u64::from(OBJECT_SIZE), data: pattern(5, 4096) };
+    assert_eq!(cluster.call_settled(&primary, 1, write).response, Response::Write);
+}
