@@ -42,7 +42,7 @@ impl ApiArgs {
 }
 
 pub struct ApiClient {
-    agent: ureq::Agent,
+    http: ureq::Agent,
     /// `http://host:port/api/v1`.
     base_url: String,
 }
@@ -55,12 +55,12 @@ impl ApiClient {
         } else {
             format!("http://{address}")
         };
-        let agent = ureq::Agent::config_builder()
+        let http = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(REQUEST_TIMEOUT))
             .build()
             .into();
-        ApiClient { agent, base_url: format!("{root}/api/v1") }
+        ApiClient { http, base_url: format!("{root}/api/v1") }
     }
 
     pub fn get(&self, path: &str) -> anyhow::Result<Value> {
@@ -84,10 +84,10 @@ impl ApiClient {
         let url = format!("{}{path}", self.base_url);
         let body = body.map(|body| body.to_string());
         let result = match (method, body) {
-            ("GET", _) => self.agent.get(&url).call(),
-            ("DELETE", _) => self.agent.delete(&url).call(),
-            ("POST", Some(body)) => self.agent.post(&url).content_type("application/json").send(body.as_bytes()),
-            ("PATCH", Some(body)) => self.agent.patch(&url).content_type("application/json").send(body.as_bytes()),
+            ("GET", _) => self.http.get(&url).call(),
+            ("DELETE", _) => self.http.delete(&url).call(),
+            ("POST", Some(body)) => self.http.post(&url).content_type("application/json").send(body.as_bytes()),
+            ("PATCH", Some(body)) => self.http.patch(&url).content_type("application/json").send(body.as_bytes()),
             (method, _) => unreachable!("no {method} request without a body"),
         };
         let mut response = result.map_err(|error| {

@@ -77,6 +77,8 @@ pub struct EngineStats {
     pub record_bytes_written: u64,
     /// The most records that were in flight at once.
     pub records_in_flight_peak: u64,
+    /// Records whose write completed while an earlier record's had not (they wait for it).
+    pub records_completed_out_of_order: u64,
     /// Flusher jobs finished, journaled pages they copied into data blocks, and the writes
     /// that took (adjacent pages share a write).
     pub flusher_jobs: u64,
@@ -769,7 +771,7 @@ impl<D: Disk> Engine<D> {
         let g = self.geometry;
         let pages = g.pages_per_object() as usize;
         for (index, (_, header)) in chain.iter().enumerate() {
-            if header.seq <= proven_seq {
+            if header.seq <= proven_seq || index + 1 != chain.len() {
                 continue;
             }
             for (at, entry) in header.entries.iter().enumerate() {
@@ -1618,6 +1620,9 @@ impl<D: Disk> Engine<D> {
         assert_eq!(record.seq, seq);
         assert!(record.outcome.is_none());
         record.outcome = Some(result);
+        if seq != first_seq {
+            self.stats.records_completed_out_of_order += 1;
+        }
         self.commit_records();
     }
 

@@ -200,6 +200,8 @@ struct Crasher {
     /// Every version acknowledged or read back before the current cycle is below this.
     version_floor: u64,
     options: EngineOptions,
+    /// Freeze the disk soon after this many journal records are in flight at once.
+    freeze_at_records_in_flight: Option<usize>,
     coverage: Coverage,
 }
 
@@ -209,12 +211,15 @@ struct Coverage {
     crashes: u64,
     /// Crashes with two or more journal records in flight.
     crashes_with_records_in_flight: u64,
+    /// Of those, crashes in a cycle where a record completed before an earlier one.
+    crashes_after_out_of_order_completions: u64,
 }
 
 impl std::ops::AddAssign for Coverage {
     fn add_assign(&mut self, other: Coverage) {
         self.crashes += other.crashes;
         self.crashes_with_records_in_flight += other.crashes_with_records_in_flight;
+        self.crashes_after_out_of_order_completions += other.crashes_after_out_of_order_completions;
     }
 }
 
@@ -262,6 +267,7 @@ impl Crasher {
             next_tag: 1,
             version_floor: 1,
             options,
+            freeze_at_records_in_flight: None,
             coverage: Coverage::default(),
         }
     }
@@ -385,6 +391,15 @@ impl Crasher {
             for completion in out.drain(..) {
                 self.on_completion(completion);
             }
+            if let Some(count) = self.freeze_at_records_in_flight {
+                if self.engine().records_in_flight() >= count {
+                    // Power loss within the next few completions: records complete in any
+                    // order, so some of them may be durable while earlier ones are not.
+                    self.freeze_at_records_in_flight = None;
+                    let completions = self.rng.gen_range(0..4);
+                    self.control.apply(move |disk| disk.freeze_after_completions(completions));
+                }
+            }
             if submitted == op_count && self.in_flight.is_empty() {
                 break;
             }
@@ -414,8 +429,12 @@ impl Crasher {
     fn crash_and_check(&mut self) {
         let engine = self.engine.take().expect("engine");
         self.coverage.crashes += 1;
+        let out_of_order = engine.stats().records_completed_out_of_order;
         if engine.records_in_flight() >= 2 {
             self.coverage.crashes_with_records_in_flight += 1;
+            if out_of_order > 0 {
+                self.coverage.crashes_after_out_of_order_completions += 1;
+            }
         }
         let mut disk = engine.into_disk();
         disk.crash();
@@ -506,7 +525,12 @@ fn run_random_seed(seed: u64) -> Coverage {
         let op_count = crasher.rng.gen_range(10..80);
         let freeze_after = crasher.rng.gen_range(0..op_count as u64 * 4);
         crasher.control.apply(move |disk| disk.freeze_after_completions(freeze_after));
+        let records_in_flight_max = crasher.options.records_in_flight_max;
+        if records_in_flight_max >= 2 && crasher.rng.gen_bool(0.5) {
+            crasher.freeze_at_records_in_flight = Some(crasher.rng.gen_range(2..=records_in_flight_max));
+        }
         crasher.run_workload(op_count);
+        crasher.freeze_at_records_in_flight = None;
         let poll_count = crasher.rng.gen_range(0..50);
         crasher.run_flusher(poll_count);
         crasher.crash_and_check();
@@ -526,6 +550,10 @@ fn run_random_seeds(parity: u64) {
         assert!(
             coverage.crashes_with_records_in_flight * 10 >= coverage.crashes,
             "too few crashes with several records in flight: {coverage:?}"
+        );
+        assert!(
+            coverage.crashes_after_out_of_order_completions * 40 >= coverage.crashes,
+            "too few crashes after records completed out of order: {coverage:?}"
         );
     }
 }

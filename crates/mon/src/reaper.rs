@@ -53,6 +53,8 @@ pub async fn reap_volume(
     revision: i64,
 ) -> Result<(), ReapError> {
     assert!(volume.is_deleting());
+    // The entry goes when this call ends in any way, including a term ending mid-way.
+    let _entry = ProgressEntry { progress, name: &volume.name };
     match reaper {
         Some(reaper) => {
             progress.lock().expect("progress lock").insert(volume.name.clone(), DeletionProgress::default());
@@ -64,7 +66,6 @@ pub async fn reap_volume(
             };
             let removed = reaper.remove_objects(volume, &report).await;
             if let Err(reason) = removed {
-                progress.lock().expect("progress lock").remove(&volume.name);
                 return Err(ReapError::Objects { volume: volume.name.clone(), reason });
             }
         }
@@ -87,11 +88,22 @@ pub async fn reap_volume(
             failure: vec![],
         })
         .await;
-    progress.lock().expect("progress lock").remove(&volume.name);
     if response?.succeeded {
         tracing::info!(volume = %volume.name, id = volume.id, "deleted a volume");
     }
     Ok(())
+}
+
+/// Removes a volume's progress entry when dropped.
+struct ProgressEntry<'a> {
+    progress: &'a ProgressTable,
+    name: &'a str,
+}
+
+impl Drop for ProgressEntry<'_> {
+    fn drop(&mut self) {
+        self.progress.lock().expect("progress lock").remove(self.name);
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

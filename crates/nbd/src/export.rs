@@ -51,7 +51,11 @@ pub trait Export: Clone + Send + Sync + 'static {
     fn write(&self, offset_bytes: u64, data: Bytes) -> impl Future<Output = Result<(), ExportError>> + Send;
 
     /// Makes the range read as zeroes, durably; it may deallocate it.
-    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> impl Future<Output = Result<(), ExportError>> + Send;
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> impl Future<Output = Result<(), ExportError>> + Send;
 
     /// Discards the range; afterwards it reads as zeroes or as its old contents (NBD clients
     /// assume nothing about trimmed data).

@@ -24,8 +24,8 @@ use crate::handshake::{
 use crate::limits::{BLOCK_SIZE_MIN_BYTES, BLOCK_STATUS_EXTENTS_MAX, EXPORT_BLOCK_SIZE_BYTES, PAYLOAD_SIZE_MAX_BYTES};
 use crate::proto::*;
 use crate::request::{
-    block_status_descriptors, put_block_status, put_data_header, put_error_chunk, put_simple_reply, take_request, Command,
-    Parsed, StreamError,
+    block_status_descriptors, put_block_status, put_data_header, put_error_chunk, put_simple_reply, take_request,
+    Command, Parsed, StreamError,
 };
 
 const OPTION_SHUTDOWN: u8 = 1 << 0;
@@ -120,7 +120,9 @@ fn check_option_replies(mut out: &[u8], option: u32, next: &Next) {
                 assert!(data.is_empty());
                 final_type = Some(reply_type);
             }
-            REP_SERVER => assert_eq!(usize::try_from(u32::from_be_bytes(data[0..4].try_into().unwrap())).unwrap(), length - 4),
+            REP_SERVER => {
+                assert_eq!(usize::try_from(u32::from_be_bytes(data[0..4].try_into().unwrap())).unwrap(), length - 4)
+            }
             REP_META_CONTEXT => assert_eq!(&data[4..], BASE_ALLOCATION.as_bytes()),
             REP_INFO => {
                 let info = u16::from_be_bytes(data[0..2].try_into().unwrap());
@@ -250,7 +252,9 @@ fn check_request(parsed: &Parsed, session: &Transmission) {
                     assert_eq!(payload.len(), usize::try_from(length_bytes).unwrap());
                 }
                 Command::Trim { offset_bytes, length_bytes }
-                | Command::WriteZeroes { offset_bytes, length_bytes, .. } => check_range(offset_bytes, length_bytes, session),
+                | Command::WriteZeroes { offset_bytes, length_bytes, .. } => {
+                    check_range(offset_bytes, length_bytes, session)
+                }
                 Command::BlockStatus { offset_bytes, length_bytes, one_extent } => {
                     assert!(session.base_allocation);
                     assert_ne!(length_bytes, 0);
@@ -276,9 +280,13 @@ fn check_range(offset_bytes: u64, length_bytes: u32, session: &Transmission) {
 fn check_block_status(handle: u64, offset_bytes: u64, length_bytes: u32, one_extent: bool) {
     let start = offset_bytes - offset_bytes % EXPORT_BLOCK_SIZE_BYTES;
     let end = (offset_bytes + u64::from(length_bytes)).div_ceil(EXPORT_BLOCK_SIZE_BYTES) * EXPORT_BLOCK_SIZE_BYTES;
-    let pages = usize::try_from(((end - start) / EXPORT_BLOCK_SIZE_BYTES).min(4 * BLOCK_STATUS_EXTENTS_MAX as u64)).unwrap();
+    let pages =
+        usize::try_from(((end - start) / EXPORT_BLOCK_SIZE_BYTES).min(4 * BLOCK_STATUS_EXTENTS_MAX as u64)).unwrap();
     let extents: Vec<Extent> = (0..pages)
-        .map(|index| Extent { length_bytes: EXPORT_BLOCK_SIZE_BYTES, hole: (index as u64 + offset_bytes / 4096) % 3 == 0 })
+        .map(|index| Extent {
+            length_bytes: EXPORT_BLOCK_SIZE_BYTES,
+            hole: (index as u64 + offset_bytes / 4096) % 3 == 0,
+        })
         .collect();
     let descriptors = block_status_descriptors(&extents, start, offset_bytes, length_bytes, one_extent);
     assert!(!descriptors.is_empty());
@@ -367,7 +375,10 @@ mod tests {
         }
         for seed in 0..2000 {
             let mut input = vec![0, 0, 0, 0, 1];
-            input.extend(option(u32::from(random_bytes(seed, 1)[0] % 12), &random_bytes(seed + 1, (seed % 40) as usize)));
+            input.extend(option(
+                u32::from(random_bytes(seed, 1)[0] % 12),
+                &random_bytes(seed + 1, (seed % 40) as usize),
+            ));
             input.extend(random_bytes(seed, 64));
             handshake_stream(&input);
             handshake_stream(&random_bytes(seed, (seed % 200) as usize));
@@ -390,7 +401,12 @@ mod tests {
         }
         for seed in 0..2000 {
             let mut input = random_bytes(seed, 9);
-            input.extend(request((seed % 9) as u16, (seed % 7) as u16, seed * 512 % (1 << 21), (seed * 4096 % (1 << 20)) as u32));
+            input.extend(request(
+                (seed % 9) as u16,
+                (seed % 7) as u16,
+                seed * 512 % (1 << 21),
+                (seed * 4096 % (1 << 20)) as u32,
+            ));
             input.extend(random_bytes(seed + 7, (seed % 100) as usize));
             request_stream(&input);
             request_stream(&random_bytes(seed, (seed % 300) as usize));

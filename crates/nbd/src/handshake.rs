@@ -77,19 +77,36 @@ pub fn parse_option_header(bytes: &[u8; OPTION_HEADER_SIZE_BYTES]) -> Result<Opt
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientOption {
     /// `NBD_OPT_EXPORT_NAME`; `name` is `Err` with the reason when the name is not a valid string.
-    ExportName { name: Result<String, String> },
+    ExportName {
+        name: Result<String, String>,
+    },
     Abort,
     List,
     StartTls,
     /// `NBD_OPT_INFO` (`go == false`) or `NBD_OPT_GO`.
-    Info { go: bool, name: String, requests: Vec<u16> },
+    Info {
+        go: bool,
+        name: String,
+        requests: Vec<u16>,
+    },
     StructuredReply,
-    ListMetaContext { name: String, queries: Vec<String> },
-    SetMetaContext { name: String, queries: Vec<String> },
+    ListMetaContext {
+        name: String,
+        queries: Vec<String>,
+    },
+    SetMetaContext {
+        name: String,
+        queries: Vec<String>,
+    },
     /// A known option with malformed data: answered with `NBD_REP_ERR_INVALID`.
-    Invalid { option: u32, reason: String },
+    Invalid {
+        option: u32,
+        reason: String,
+    },
     /// An option this server does not implement: answered with `NBD_REP_ERR_UNSUP`.
-    Unsupported { option: u32 },
+    Unsupported {
+        option: u32,
+    },
 }
 
 /// Parses an option's data. Never fails: malformed data becomes [`ClientOption::Invalid`].
@@ -307,7 +324,8 @@ impl Negotiation {
             ClientOption::List => {
                 match found {
                     Found::List(Ok(names)) => {
-                        for name in names.iter().filter(|name| name.len() <= STRING_SIZE_MAX_BYTES).take(LIST_EXPORTS_MAX)
+                        for name in
+                            names.iter().filter(|name| name.len() <= STRING_SIZE_MAX_BYTES).take(LIST_EXPORTS_MAX)
                         {
                             let mut data = Vec::with_capacity(4 + name.len());
                             put_string(&mut data, name);
@@ -335,8 +353,8 @@ impl Negotiation {
                     put_error(out, OPT_LIST_META_CONTEXT, reply_type, &message);
                     return Ok(Next::Continue);
                 }
-                let listed = queries.is_empty()
-                    || queries.iter().any(|query| query == "base:" || query == BASE_ALLOCATION);
+                let listed =
+                    queries.is_empty() || queries.iter().any(|query| query == "base:" || query == BASE_ALLOCATION);
                 if listed {
                     put_meta_context(out, OPT_LIST_META_CONTEXT, 0);
                 }
@@ -378,7 +396,12 @@ impl Negotiation {
         }
     }
 
-    fn export_name(&mut self, name: Result<String, String>, found: Found, out: &mut Vec<u8>) -> Result<Next, HandshakeError> {
+    fn export_name(
+        &mut self,
+        name: Result<String, String>,
+        found: Found,
+        out: &mut Vec<u8>,
+    ) -> Result<Next, HandshakeError> {
         let name = name.map_err(|reason| HandshakeError::ExportName { reason })?;
         let info = match found {
             Found::Export(Ok(Some(info))) => info,
@@ -386,7 +409,9 @@ impl Negotiation {
                 return Err(HandshakeError::ExportName { reason: format!("no export named {name:?}") });
             }
             Found::Export(Err(message)) => {
-                return Err(HandshakeError::ExportName { reason: format!("export {name:?} cannot be opened: {message}") });
+                return Err(HandshakeError::ExportName {
+                    reason: format!("export {name:?} cannot be opened: {message}"),
+                });
             }
             Found::Nothing | Found::List(_) => {
                 return Err(HandshakeError::ExportName { reason: format!("export {name:?} was not looked up") });
@@ -460,8 +485,8 @@ impl Negotiation {
         if self.structured {
             flags |= FLAG_SEND_DF;
         }
-        let base_allocation = self.structured
-            && matches!(&self.meta_context, Some((name, true)) if *name == export_name);
+        let base_allocation =
+            self.structured && matches!(&self.meta_context, Some((name, true)) if *name == export_name);
         Transmission {
             export_name,
             size_bytes: info.size_bytes - info.size_bytes % EXPORT_BLOCK_SIZE_BYTES,
@@ -477,9 +502,7 @@ fn found_export(option: u32, name: &str, found: Found) -> Result<ExportInfo, (u3
     match found {
         Found::Export(Ok(Some(info))) => Ok(info),
         Found::Export(Ok(None)) => Err((REP_ERR_UNKNOWN, format!("no export named {name:?}"))),
-        Found::Export(Err(message)) => {
-            Err((REP_ERR_UNKNOWN, format!("export {name:?} cannot be opened: {message}")))
-        }
+        Found::Export(Err(message)) => Err((REP_ERR_UNKNOWN, format!("export {name:?} cannot be opened: {message}"))),
         Found::Nothing | Found::List(_) => {
             Err((REP_ERR_UNKNOWN, format!("export {name:?} was not looked up for option {option}")))
         }
@@ -608,10 +631,7 @@ mod tests {
         put_string(&mut many, "vol");
         many.extend_from_slice(&u32::MAX.to_be_bytes());
         assert!(invalid(OPT_LIST_META_CONTEXT, &many));
-        assert!(matches!(
-            parse_option(OPT_EXPORT_NAME, &[0xff]),
-            ClientOption::ExportName { name: Err(_) }
-        ));
+        assert!(matches!(parse_option(OPT_EXPORT_NAME, &[0xff]), ClientOption::ExportName { name: Err(_) }));
     }
 
     #[test]
@@ -656,7 +676,8 @@ mod tests {
         let mut negotiation = Negotiation::new(ClientFlags { fixed_newstyle: true, no_zeroes: false });
         let mut out = Vec::new();
         negotiation.respond(ClientOption::StructuredReply, Found::Nothing, &mut out).unwrap();
-        let set = ClientOption::SetMetaContext { name: "other".to_string(), queries: vec![BASE_ALLOCATION.to_string()] };
+        let set =
+            ClientOption::SetMetaContext { name: "other".to_string(), queries: vec![BASE_ALLOCATION.to_string()] };
         negotiation.respond(set, found(4096), &mut out).unwrap();
         let name = ClientOption::ExportName { name: Ok("vol".to_string()) };
         out.clear();

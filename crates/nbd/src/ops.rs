@@ -58,7 +58,12 @@ fn is_aligned(offset_bytes: u64) -> bool {
 
 /// Runs `command` (checked by `request::classify`, so in range and 512-byte aligned).
 /// `payload` is the data of a write.
-pub(crate) async fn execute<E: Export>(export: &E, locks: &Arc<RangeLocks>, command: Command, payload: Bytes) -> Outcome {
+pub(crate) async fn execute<E: Export>(
+    export: &E,
+    locks: &Arc<RangeLocks>,
+    command: Command,
+    payload: Bytes,
+) -> Outcome {
     match command {
         Command::Read { offset_bytes, length_bytes } => match read(export, offset_bytes, length_bytes).await {
             Ok(data) => Outcome::Data { offset_bytes, data },
@@ -71,14 +76,18 @@ pub(crate) async fn execute<E: Export>(export: &E, locks: &Arc<RangeLocks>, comm
         Command::WriteZeroes { offset_bytes, length_bytes, no_hole } => {
             write_zeroes(export, locks, offset_bytes, u64::from(length_bytes), no_hole).await.into()
         }
-        Command::Trim { offset_bytes, length_bytes } => trim(export, locks, offset_bytes, u64::from(length_bytes)).await.into(),
+        Command::Trim { offset_bytes, length_bytes } => {
+            trim(export, locks, offset_bytes, u64::from(length_bytes)).await.into()
+        }
         Command::Flush => export.flush().await.into(),
         Command::Cache | Command::Disconnect => Outcome::Done,
         Command::BlockStatus { offset_bytes, length_bytes, one_extent } => {
             let start = align_down(offset_bytes);
             let end = align_up(offset_bytes + u64::from(length_bytes));
             match export.block_status(start, end - start).await {
-                Ok(extents) => Outcome::Extents(block_status_descriptors(&extents, start, offset_bytes, length_bytes, one_extent)),
+                Ok(extents) => {
+                    Outcome::Extents(block_status_descriptors(&extents, start, offset_bytes, length_bytes, one_extent))
+                }
                 Err(error) => Outcome::Failed(error),
             }
         }
@@ -111,7 +120,12 @@ async fn read_exact<E: Export>(export: &E, offset_bytes: u64, length_bytes: u64)
     Ok(data)
 }
 
-async fn write<E: Export>(export: &E, locks: &Arc<RangeLocks>, offset_bytes: u64, data: Bytes) -> Result<(), ExportError> {
+async fn write<E: Export>(
+    export: &E,
+    locks: &Arc<RangeLocks>,
+    offset_bytes: u64,
+    data: Bytes,
+) -> Result<(), ExportError> {
     if data.is_empty() {
         return Ok(());
     }
@@ -187,7 +201,12 @@ async fn write_zeroes<E: Export>(
 }
 
 /// Zeroes the part of `[offset_bytes, end_bytes)` that lies in the page at `page_bytes`.
-async fn zero_in_page<E: Export>(export: &E, page_bytes: u64, offset_bytes: u64, end_bytes: u64) -> Result<(), ExportError> {
+async fn zero_in_page<E: Export>(
+    export: &E,
+    page_bytes: u64,
+    offset_bytes: u64,
+    end_bytes: u64,
+) -> Result<(), ExportError> {
     let page = read_exact(export, page_bytes, EXPORT_BLOCK_SIZE_BYTES).await?;
     let mut page = BytesMut::from(&page[..]);
     let from = usize::try_from(offset_bytes.max(page_bytes) - page_bytes).expect("under one block");
@@ -196,7 +215,12 @@ async fn zero_in_page<E: Export>(export: &E, page_bytes: u64, offset_bytes: u64,
     export.write(page_bytes, page.freeze()).await
 }
 
-async fn zero_aligned<E: Export>(export: &E, offset_bytes: u64, length_bytes: u64, no_hole: bool) -> Result<(), ExportError> {
+async fn zero_aligned<E: Export>(
+    export: &E,
+    offset_bytes: u64,
+    length_bytes: u64,
+    no_hole: bool,
+) -> Result<(), ExportError> {
     if !no_hole {
         return export.write_zeroes(offset_bytes, length_bytes).await;
     }
@@ -211,7 +235,12 @@ async fn zero_aligned<E: Export>(export: &E, offset_bytes: u64, length_bytes: u6
     Ok(())
 }
 
-async fn trim<E: Export>(export: &E, locks: &Arc<RangeLocks>, offset_bytes: u64, length_bytes: u64) -> Result<(), ExportError> {
+async fn trim<E: Export>(
+    export: &E,
+    locks: &Arc<RangeLocks>,
+    offset_bytes: u64,
+    length_bytes: u64,
+) -> Result<(), ExportError> {
     // Only whole pages are trimmed: a trim is a hint, and the partial edges keep their data.
     let start = align_up(offset_bytes);
     let end = align_down(offset_bytes + length_bytes);

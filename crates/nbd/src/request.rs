@@ -30,7 +30,9 @@ pub struct RequestHeader {
 pub enum StreamError {
     #[error("request header has magic {magic:#010x} instead of {REQUEST_MAGIC:#010x}")]
     Magic { magic: u32 },
-    #[error("write of {length_bytes} bytes (handle {handle:#x}) is over the {PAYLOAD_SIZE_MAX_BYTES}-byte payload limit")]
+    #[error(
+        "write of {length_bytes} bytes (handle {handle:#x}) is over the {PAYLOAD_SIZE_MAX_BYTES}-byte payload limit"
+    )]
     PayloadTooLarge { handle: u64, length_bytes: u32 },
 }
 
@@ -106,7 +108,8 @@ pub fn classify(header: &RequestHeader, session: &Transmission) -> Result<Comman
     match header.command {
         CMD_READ => {
             if header.length_bytes > PAYLOAD_SIZE_MAX_BYTES {
-                let message = format!("read of {} bytes is over the {PAYLOAD_SIZE_MAX_BYTES}-byte limit", header.length_bytes);
+                let message =
+                    format!("read of {} bytes is over the {PAYLOAD_SIZE_MAX_BYTES}-byte limit", header.length_bytes);
                 return Err(reject(EINVAL, message));
             }
             range()?;
@@ -140,7 +143,10 @@ pub fn classify(header: &RequestHeader, session: &Transmission) -> Result<Comman
         }
         CMD_BLOCK_STATUS => {
             if !session.base_allocation {
-                return Err(reject(EINVAL, "NBD_CMD_BLOCK_STATUS needs the base:allocation context selected".to_string()));
+                return Err(reject(
+                    EINVAL,
+                    "NBD_CMD_BLOCK_STATUS needs the base:allocation context selected".to_string(),
+                ));
             }
             if header.length_bytes == 0 {
                 return Err(reject(EINVAL, "NBD_CMD_BLOCK_STATUS of length zero".to_string()));
@@ -161,14 +167,17 @@ fn check_range(header: &RequestHeader, size_bytes: u64, name: &str) -> Result<()
     let length = header.length_bytes;
     let minimum = u64::from(BLOCK_SIZE_MIN_BYTES);
     if offset % minimum != 0 || u64::from(length) % minimum != 0 {
-        let message = format!("{name} at offset_bytes={offset} length_bytes={length} is not aligned to {minimum} bytes");
+        let message =
+            format!("{name} at offset_bytes={offset} length_bytes={length} is not aligned to {minimum} bytes");
         return Err(reject(EINVAL, message));
     }
     match offset.checked_add(u64::from(length)) {
         Some(end) if end <= size_bytes => Ok(()),
         _ => {
             let errno = if matches!(header.command, CMD_WRITE | CMD_WRITE_ZEROES) { ENOSPC } else { EINVAL };
-            let message = format!("{name} at offset_bytes={offset} length_bytes={length} ends past the export size of {size_bytes} bytes");
+            let message = format!(
+                "{name} at offset_bytes={offset} length_bytes={length} ends past the export size of {size_bytes} bytes"
+            );
             Err(reject(errno, message))
         }
     }
@@ -226,7 +235,8 @@ pub fn take_request(input: &mut BytesMut, session: &Transmission) -> Result<Opti
 pub fn wanted_bytes(input: &[u8]) -> usize {
     match input.get(..REQUEST_HEADER_SIZE_BYTES) {
         Some(header) if u16::from_be_bytes([header[6], header[7]]) == CMD_WRITE => {
-            let length = u32::from_be_bytes([header[24], header[25], header[26], header[27]]).min(PAYLOAD_SIZE_MAX_BYTES);
+            let length =
+                u32::from_be_bytes([header[24], header[25], header[26], header[27]]).min(PAYLOAD_SIZE_MAX_BYTES);
             REQUEST_HEADER_SIZE_BYTES + usize::try_from(length).expect("u32 fits usize")
         }
         _ => REQUEST_HEADER_SIZE_BYTES,
@@ -358,12 +368,18 @@ mod tests {
     fn requests_classify() {
         let size = 1u64 << 20;
         check(header(CMD_READ, 0, 512, 1024), Ok(Command::Read { offset_bytes: 512, length_bytes: 1024 }));
-        check(header(CMD_READ, CMD_FLAG_DF | CMD_FLAG_FUA, 0, 4096), Ok(Command::Read { offset_bytes: 0, length_bytes: 4096 }));
+        check(
+            header(CMD_READ, CMD_FLAG_DF | CMD_FLAG_FUA, 0, 4096),
+            Ok(Command::Read { offset_bytes: 0, length_bytes: 4096 }),
+        );
         check(header(CMD_READ, 0, size - 4096, 8192), Err(EINVAL));
         check(header(CMD_READ, 0, u64::MAX - 511, 4096), Err(EINVAL));
         check(header(CMD_READ, 0, 100, 512), Err(EINVAL));
         check(header(CMD_READ, 0, 0, PAYLOAD_SIZE_MAX_BYTES + 512), Err(EINVAL));
-        check(header(CMD_WRITE, CMD_FLAG_FUA, size - 512, 512), Ok(Command::Write { offset_bytes: size - 512, length_bytes: 512 }));
+        check(
+            header(CMD_WRITE, CMD_FLAG_FUA, size - 512, 512),
+            Ok(Command::Write { offset_bytes: size - 512, length_bytes: 512 }),
+        );
         check(header(CMD_WRITE, 0, size, 512), Err(ENOSPC));
         check(header(CMD_WRITE, CMD_FLAG_NO_HOLE, 0, 512), Err(EINVAL));
         check(header(CMD_WRITE_ZEROES, 0, size, 4096), Err(ENOSPC));

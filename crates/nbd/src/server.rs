@@ -24,8 +24,8 @@ use tokio::task::JoinSet;
 
 use crate::export::{Export, Exports};
 use crate::handshake::{
-    greeting, parse_client_flags, parse_option, parse_option_header, ExportInfo, Found, HandshakeError, Need, Negotiation,
-    Next, Transmission,
+    greeting, parse_client_flags, parse_option, parse_option_header, ExportInfo, Found, HandshakeError, Need,
+    Negotiation, Next, Transmission,
 };
 use crate::limits::{
     CONNECTIONS_MAX, HANDSHAKE_TIMEOUT_SECONDS, IN_FLIGHT_BYTES_MAX, READ_CHUNK_BYTES, REQUESTS_IN_FLIGHT_MAX,
@@ -35,8 +35,8 @@ use crate::ops::{execute, Outcome};
 use crate::proto::OPTION_HEADER_SIZE_BYTES;
 use crate::ranges::RangeLocks;
 use crate::request::{
-    put_block_status, put_data_header, put_done, put_error_chunk, put_simple_reply, take_request, wanted_bytes, Command,
-    Parsed, StreamError,
+    put_block_status, put_data_header, put_done, put_error_chunk, put_simple_reply, take_request, wanted_bytes,
+    Command, Parsed, StreamError,
 };
 
 /// Seconds connections get to finish their requests after [`Server::shutdown`] before they are
@@ -146,7 +146,10 @@ impl<X: Exports> Server<X> {
         })
         .await;
         if drained.is_err() {
-            tracing::warn!(connections = connections.len(), "dropping connections still busy after the shutdown grace period");
+            tracing::warn!(
+                connections = connections.len(),
+                "dropping connections still busy after the shutdown grace period"
+            );
             connections.shutdown().await;
         }
     }
@@ -194,7 +197,11 @@ impl<X: Exports> Server<X> {
 
     /// Runs the option haggling. Returns the agreed session and the opened export, or `None`
     /// if the client left or aborted.
-    async fn handshake<R, W>(&self, reader: &mut R, writer: &mut W) -> Result<Option<(Transmission, X::Export)>, ConnectionError>
+    async fn handshake<R, W>(
+        &self,
+        reader: &mut R,
+        writer: &mut W,
+    ) -> Result<Option<(Transmission, X::Export)>, ConnectionError>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -213,7 +220,8 @@ impl<X: Exports> Server<X> {
                 Err(error) => return Err(error.into()),
             }
             let header = parse_option_header(&header)?;
-            let mut data = vec![0u8; usize::try_from(header.length_bytes).expect("bounded by OPTION_DATA_SIZE_MAX_BYTES")];
+            let mut data =
+                vec![0u8; usize::try_from(header.length_bytes).expect("bounded by OPTION_DATA_SIZE_MAX_BYTES")];
             reader.read_exact(&mut data).await?;
             let option = parse_option(header.option, &data);
             negotiation.shutting_down = *shutdown.borrow();
@@ -328,7 +336,8 @@ impl SendQueue {
 }
 
 async fn write_some<W: AsyncWrite + Unpin>(writer: &mut W, queue: &SendQueue) -> io::Result<usize> {
-    let slices: Vec<IoSlice<'_>> = queue.segments.iter().take(WRITE_SEGMENTS_MAX).map(|segment| IoSlice::new(segment)).collect();
+    let slices: Vec<IoSlice<'_>> =
+        queue.segments.iter().take(WRITE_SEGMENTS_MAX).map(|segment| IoSlice::new(segment)).collect();
     let written = writer.write_vectored(&slices).await?;
     if written == 0 {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "the peer no longer accepts data"));
@@ -433,7 +442,14 @@ where
     }
 }
 
-fn put_error(headers: &mut BytesMut, queue: &mut SendQueue, session: &Transmission, handle: u64, errno: u32, message: &str) {
+fn put_error(
+    headers: &mut BytesMut,
+    queue: &mut SendQueue,
+    session: &Transmission,
+    handle: u64,
+    errno: u32,
+    message: &str,
+) {
     if session.structured {
         put_error_chunk(headers, handle, errno, message);
     } else {

@@ -378,6 +378,47 @@ async fn closing_a_connection_fails_its_calls_with_the_reason() {
     assert!(connection.is_closed());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_abandoned_at_random_never_receive_another_calls_reply() {
+    let (listener, address) = listen().await;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve_connection(stream, |frame| async move {
+                // Replies come back after 0 to 3 scheduler turns, so they overtake each other.
+                for _ in 0..frame.request_id % 4 {
+                    tokio::task::yield_now().await;
+                }
+                answer(frame).await
+            }));
+        }
+    });
+    let connection = connect(&address).await.unwrap();
+    let tasks: Vec<_> = (0..8u64)
+        .map(|task| {
+            let connection = connection.clone();
+            tokio::spawn(async move {
+                let mut completed = 0;
+                for index in 0..400u64 {
+                    let offset_bytes = (task * 1000 + index) * 4096;
+                    let call = connection.call(0, read(offset_bytes, 4096));
+                    if index % 7 == 3 {
+                        // Abandon it after one poll: its slot is reused while its reply is on the way.
+                        let _ = tokio::time::timeout(Duration::ZERO, call).await;
+                        continue;
+                    }
+                    expect_read(call.await.unwrap(), offset_bytes, 4096);
+                    completed += 1;
+                }
+                completed
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert!(task.await.unwrap() > 300);
+    }
+    assert!(!connection.is_closed());
+}
+
 /// Round-trip latency of QD1 pings between two runtimes on two threads (client and server),
 /// each with its own event loop, as between two processes. Run with
 /// `cargo test -p net --release -- --ignored --nocapture qd1`.

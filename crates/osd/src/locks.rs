@@ -98,11 +98,13 @@ mod tests {
                 }
             })
             .await;
-        let log = log.borrow();
-        for pair in log.chunks(2) {
-            assert_eq!(pair[0].0, pair[1].0, "ops overlapped: {log:?}");
+        {
+            let log = log.borrow();
+            for pair in log.chunks(2) {
+                assert_eq!(pair[0].0, pair[1].0, "ops overlapped: {log:?}");
+            }
+            assert_eq!(log.iter().map(|(index, _)| *index).step_by(2).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         }
-        assert_eq!(log.iter().map(|(index, _)| *index).step_by(2).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         assert_eq!(locks.len(), 0);
 
         // Reads share the object; a dropped waiter leaves nothing behind.

@@ -7,11 +7,17 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster::object_pg;
-use common::{members, object_info, pattern, status, stripe_with_primary, Cluster, INODE, OBJECT_SIZE, PG_COUNT};
-use osd::Stop;
+use common::{
+    members, object_info, pattern, status, stripe_with_primary, Cluster, CutStore, INODE, OBJECT_SIZE, PG_COUNT,
+};
+use engine::{Engine, EngineOptions};
+use osd::{Metadata, Stop};
+use platform_linux::{UringDisk, UringOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wire::{ObjectId, Opcode, PgId, Request, Response, Status};
 
@@ -75,6 +81,15 @@ fn replicated_writes_are_on_every_member_and_read_back() {
     let Response::SecList { entries } = cluster.call(&replica, 1, list).response else { panic!("list failed") };
     let Response::ObjectInfo { version, .. } = infos[0] else { panic!() };
     assert!(entries.iter().any(|entry| entry.object == object && entry.version == version), "{entries:?}");
+
+    // A clean stop leaves the journal empty: the next open has nothing to replay.
+    let mut cluster = cluster;
+    cluster.stop(1, Stop::Graceful);
+    let disk = UringDisk::open(&cluster.dir.path().join("o1"), UringOptions::default()).unwrap();
+    let engine = Engine::open(disk, &EngineOptions::default()).unwrap();
+    assert!(engine.is_flushed(), "the journal still holds records after a clean stop");
+    assert_eq!(engine.object_version(engine::ObjectId { inode: INODE, stripe }), Some(version));
+    assert_eq!(engine.superblock().osd_id, 1);
 }
 
 #[test]
@@ -233,4 +248,53 @@ fn an_osd_registers_again_after_losing_its_lease() {
     let write =
         Request::Write { pg, inode: INODE, offset_bytes: stripe * u64::from(OBJECT_SIZE), data: pattern(5, 4096) };
     assert_eq!(cluster.call_settled(&primary, 1, write).response, Response::Write);
+}
+
+#[test]
+fn an_osd_cut_off_from_the_store_stops_acknowledging_before_its_lease_can_expire() {
+    let cut = Arc::new(AtomicBool::new(false));
+    let cluster = Cluster::start_with(|config| {
+        if config.data_path.ends_with("o1") {
+            let Metadata::Store(store) = &config.metadata else { unreachable!() };
+            config.metadata = Metadata::Store(Arc::new(CutStore { inner: store.clone(), cut: cut.clone() }));
+        }
+    });
+    let (stripe, pg) = stripe_with_primary(1);
+    let write = |seed| Request::Write {
+        pg,
+        inode: INODE,
+        offset_bytes: stripe * u64::from(OBJECT_SIZE),
+        data: pattern(seed, 4096),
+    };
+    let primary = cluster.connect(1);
+    assert_eq!(cluster.call_settled(&primary, 1, write(0)).response, Response::Write);
+    let incarnation = cluster.live(1).expect("registered").incarnation;
+
+    cut.store(true, Ordering::SeqCst);
+    let cut_at = Instant::now();
+    let fenced_at = loop {
+        let reply = cluster.call(&primary, 1, write(1));
+        if status(&reply) == Status::Busy {
+            break Instant::now();
+        }
+        assert_eq!(reply.response, Response::Write);
+        assert!(cut_at.elapsed() < Duration::from_secs(2), "still acknowledging when the lease may have expired");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The store still holds the key: the OSD stopped first.
+    assert!(cluster.live(1).is_some(), "the lease expired before the osd stopped acknowledging");
+    assert!(fenced_at - cut_at <= Duration::from_millis(1700), "{:?}", fenced_at - cut_at);
+
+    // Nothing is acknowledged until the OSD is registered again under a new lease.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.live(1).is_some() {
+        assert_eq!(status(&cluster.call(&primary, 1, write(2))), Status::Busy);
+        assert!(Instant::now() < deadline, "the lease never expired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(status(&cluster.call(&primary, 1, write(3))), Status::Busy);
+    cut.store(false, Ordering::SeqCst);
+    let reply = cluster.call_settled(&primary, 1, write(4));
+    assert_eq!(reply.response, Response::Write);
+    assert_ne!(cluster.live(1).expect("registered again").incarnation, incarnation);
 }

@@ -193,7 +193,8 @@ async fn run_workload(global: Global, args: &Args, meta_url: &str) -> anyhow::Re
     let volume = client.open_volume(&args.volume).await?;
     let block_size_bytes = args.block_size_bytes;
     let size_bytes = volume.size_bytes();
-    let region_bytes = args.size_limit_bytes.unwrap_or(size_bytes).min(size_bytes) / block_size_bytes * block_size_bytes;
+    let region_bytes =
+        args.size_limit_bytes.unwrap_or(size_bytes).min(size_bytes) / block_size_bytes * block_size_bytes;
     ensure!(
         region_bytes >= block_size_bytes,
         "the region of volume {} ({}) is smaller than one {} call",

@@ -106,18 +106,18 @@ pub async fn http(address: std::net::SocketAddr, method: &str, path: &str, body:
     let url = format!("http://{address}/api/v1{path}");
     let method = method.to_string();
     tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let http: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(10)))
             .build()
             .into();
         let body_text = body.map(|body| body.to_string());
         let result = match (method.as_str(), body_text) {
-            ("GET", _) => agent.get(&url).call(),
-            ("DELETE", _) => agent.delete(&url).call(),
-            ("POST", Some(text)) => agent.post(&url).content_type("application/json").send(text.as_bytes()),
-            ("PATCH", Some(text)) => agent.patch(&url).content_type("application/json").send(text.as_bytes()),
-            ("POST", None) => agent.post(&url).send_empty(),
+            ("GET", _) => http.get(&url).call(),
+            ("DELETE", _) => http.delete(&url).call(),
+            ("POST", Some(text)) => http.post(&url).content_type("application/json").send(text.as_bytes()),
+            ("PATCH", Some(text)) => http.patch(&url).content_type("application/json").send(text.as_bytes()),
+            ("POST", None) => http.post(&url).send_empty(),
             (other, _) => panic!("unsupported method {other}"),
         };
         let mut response = result.unwrap_or_else(|error| panic!("{method} {url}: {error}"));

@@ -21,13 +21,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 /// standard output; panics with both outputs if it fails.
 fn run(program: &str, arguments: &[&str]) -> String {
     let output = run_status(program, arguments);
-    assert!(
-        output.0,
-        "`{program} {}` failed\n--- stdout\n{}\n--- stderr\n{}",
-        arguments.join(" "),
-        output.1,
-        output.2
-    );
+    assert!(output.0, "`{program} {}` failed\n--- stdout\n{}\n--- stderr\n{}", arguments.join(" "), output.1, output.2);
     output.1
 }
 
@@ -71,7 +65,12 @@ fn require_tools() {
     let missing: Vec<&str> = TOOLS
         .iter()
         .copied()
-        .filter(|tool| Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map_or(true, |output| !output.status.success()))
+        .filter(|tool| {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .map_or(true, |output| !output.status.success())
+        })
         .collect();
     assert!(
         missing.is_empty(),
@@ -85,7 +84,12 @@ fn sparse_image(path: &Path, seed: u8) {
     use std::io::{Seek, SeekFrom, Write};
     let mut file = std::fs::File::create(path).unwrap();
     file.set_len(EXPORT_SIZE_BYTES).unwrap();
-    let extents = [(0, 1 << 20), (3 * (1 << 20) + 4096 * 3, 300_000), (EXPORT_SIZE_BYTES / 2 + 512, 70_000), (EXPORT_SIZE_BYTES - 65536, 65536)];
+    let extents = [
+        (0, 1 << 20),
+        (3 * (1 << 20) + 4096 * 3, 300_000),
+        (EXPORT_SIZE_BYTES / 2 + 512, 70_000),
+        (EXPORT_SIZE_BYTES - 65536, 65536),
+    ];
     for (offset, length) in extents {
         file.seek(SeekFrom::Start(offset)).unwrap();
         file.write_all(&pattern(offset, length, seed)).unwrap();
@@ -141,7 +145,8 @@ print("nbdsh edge cases passed")
 fn real_clients_conform_to_the_protocol() {
     require_tools();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let exports = MemoryExports::new(vec![MemoryExport::new("vol", EXPORT_SIZE_BYTES), MemoryExport::new("other", 1 << 20)]);
+    let exports =
+        MemoryExports::new(vec![MemoryExport::new("vol", EXPORT_SIZE_BYTES), MemoryExport::new("other", 1 << 20)]);
     let directory = tempfile::tempdir().unwrap();
     let socket_path = directory.path().join("nbd.sock");
     let server = Server::new(exports.clone());
@@ -200,7 +205,8 @@ fn real_clients_conform_to_the_protocol() {
     qemu_io(&[&format!("write -P 0x77 {tail} 64k"), &format!("read -P 0x77 {tail} 64k")]);
     let (_, out_of_range, errors) = run_status("qemu-io", &["-f", "raw", "-c", &format!("read {size} 4096"), &uri]);
     assert!(!out_of_range.contains("read 4096/4096 bytes"), "a read past the end succeeded: {out_of_range} {errors}");
-    let image_info: serde_json::Value = serde_json::from_str(&run("qemu-img", &["info", "-f", "raw", "--output=json", &uri])).unwrap();
+    let image_info: serde_json::Value =
+        serde_json::from_str(&run("qemu-img", &["info", "-f", "raw", "--output=json", &uri])).unwrap();
     assert_eq!(image_info["virtual-size"], EXPORT_SIZE_BYTES);
 
     // qemu-img convert of a sparse image into the export, then compare (and detect a change).

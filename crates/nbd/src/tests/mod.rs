@@ -164,7 +164,9 @@ pub(crate) struct MemoryExports {
 
 impl MemoryExports {
     pub(crate) fn new(exports: Vec<MemoryExport>) -> Arc<MemoryExports> {
-        Arc::new(MemoryExports { exports: exports.into_iter().map(|export| (export.name().to_string(), export)).collect() })
+        Arc::new(MemoryExports {
+            exports: exports.into_iter().map(|export| (export.name().to_string(), export)).collect(),
+        })
     }
 
     pub(crate) fn get(&self, name: &str) -> MemoryExport {
@@ -317,7 +319,14 @@ impl RawClient {
         export_info(&replies)
     }
 
-    pub(crate) async fn send_request(&mut self, command: u16, flags: u16, handle: u64, offset_bytes: u64, payload_or_length: Payload<'_>) {
+    pub(crate) async fn send_request(
+        &mut self,
+        command: u16,
+        flags: u16,
+        handle: u64,
+        offset_bytes: u64,
+        payload_or_length: Payload<'_>,
+    ) {
         let mut bytes = Vec::new();
         bytes.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
         bytes.extend_from_slice(&flags.to_be_bytes());
@@ -465,21 +474,13 @@ pub(crate) fn export_info(replies: &[OptionReply]) -> (u64, u16) {
         .iter()
         .find(|reply| reply.reply_type == REP_INFO && reply.data[0..2] == INFO_EXPORT.to_be_bytes())
         .expect("no NBD_INFO_EXPORT");
-    (u64::from_be_bytes(info.data[2..10].try_into().unwrap()), u16::from_be_bytes(info.data[10..12].try_into().unwrap()))
+    (
+        u64::from_be_bytes(info.data[2..10].try_into().unwrap()),
+        u16::from_be_bytes(info.data[10..12].try_into().unwrap()),
+    )
 }
 
 /// A recognisable pattern for `length` bytes written at `offset_bytes` with tag `tag`.
 pub(crate) fn pattern(offset_bytes: u64, length: usize, tag: u8) -> Vec<u8> {
     (0..length as u64).map(|index| ((offset_bytes + index) % 251) as u8 ^ tag).collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn temporary_serve_for_rig() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:10810").await.unwrap();
-    let server = Server::new(MemoryExports::new(vec![MemoryExport::new("vol", 256 << 20)]));
-    let serving = tokio::spawn({ let server = server.clone(); async move { server.serve_tcp(listener).await } });
-    tokio::time::sleep(Duration::from_secs(170)).await;
-    server.shutdown();
-    serving.await.unwrap();
 }

@@ -52,16 +52,22 @@ async fn go_reports_export_information() {
     assert!(replies.iter().all(|reply| reply.option == OPT_GO));
     let (size, flags) = export_info(&replies);
     assert_eq!(size, 16 << 20);
-    for flag in [FLAG_HAS_FLAGS, FLAG_SEND_FLUSH, FLAG_SEND_FUA, FLAG_SEND_TRIM, FLAG_SEND_WRITE_ZEROES, FLAG_CAN_MULTI_CONN] {
+    for flag in
+        [FLAG_HAS_FLAGS, FLAG_SEND_FLUSH, FLAG_SEND_FUA, FLAG_SEND_TRIM, FLAG_SEND_WRITE_ZEROES, FLAG_CAN_MULTI_CONN]
+    {
         assert_ne!(flags & flag, 0, "flag {flag:#x} missing");
     }
     assert_eq!(flags & (FLAG_READ_ONLY | FLAG_SEND_DF), 0);
-    let info = |kind: u16| replies.iter().find(|reply| reply.reply_type == REP_INFO && reply.data[0..2] == kind.to_be_bytes());
+    let info =
+        |kind: u16| replies.iter().find(|reply| reply.reply_type == REP_INFO && reply.data[0..2] == kind.to_be_bytes());
     assert_eq!(&info(INFO_NAME).unwrap().data[2..], b"vol");
     assert_eq!(&info(INFO_DESCRIPTION).unwrap().data[2..], b"in-memory test export vol");
     let block_size = &info(INFO_BLOCK_SIZE).unwrap().data;
     let field = |index: usize| u32::from_be_bytes(block_size[2 + 4 * index..6 + 4 * index].try_into().unwrap());
-    assert_eq!((field(0), field(1), field(2)), (BLOCK_SIZE_MIN_BYTES, BLOCK_SIZE_PREFERRED_BYTES, PAYLOAD_SIZE_MAX_BYTES));
+    assert_eq!(
+        (field(0), field(1), field(2)),
+        (BLOCK_SIZE_MIN_BYTES, BLOCK_SIZE_PREFERRED_BYTES, PAYLOAD_SIZE_MAX_BYTES)
+    );
     // Without structured replies: simple replies, no payload on errors.
     assert_eq!(client.read(16 << 20, 4096).await.errno, EINVAL);
     assert_eq!(client.write(0, &[7u8; 4096]).await.errno, 0);

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use cluster::{
     keys, object_pg, ClusterRecord, FailureDomainName, OsdLiveRecord, PgTableRecord, PoolRecord, Redundancy,
 };
 use engine::{Engine, FormatOptions};
-use meta::MetaStore;
+use meta::{KeyValue, LeaseId, Listing, MetaError, MetaStore, Txn, TxnResponse, WatchStream};
 use meta_embedded::EmbeddedMetaStore;
 use net::{Connection, Reply};
 use osd::{Metadata, OsdConfig, OsdHandle, Stop};
@@ -168,4 +169,77 @@ pub fn status(reply: &Reply) -> Status {
 pub fn object_info(cluster: &Cluster, osd: u32, pg: PgId, object: ObjectId) -> Response {
     let connection = cluster.connect(osd);
     cluster.call(&connection, 1, Request::ObjectInfo { pg, object }).response
+}
+
+/// A store that can be cut off: while `cut` is set, every call fails as if the store were
+/// unreachable (watches already open keep running).
+pub struct CutStore {
+    pub inner: Arc<dyn MetaStore>,
+    pub cut: Arc<AtomicBool>,
+}
+
+impl CutStore {
+    fn check(&self) -> Result<(), MetaError> {
+        if self.cut.load(Ordering::SeqCst) {
+            return Err(MetaError::unavailable(self.inner.endpoint(), "cut off by the test"));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl MetaStore for CutStore {
+    fn endpoint(&self) -> &str {
+        self.inner.endpoint()
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>, MetaError> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+
+    async fn put(&self, key: &str, value: Vec<u8>, lease: Option<LeaseId>) -> Result<i64, MetaError> {
+        self.check()?;
+        self.inner.put(key, value, lease).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool, MetaError> {
+        self.check()?;
+        self.inner.delete(key).await
+    }
+
+    async fn list_with_revision(&self, prefix: &str) -> Result<Listing, MetaError> {
+        self.check()?;
+        self.inner.list_with_revision(prefix).await
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, MetaError> {
+        self.check()?;
+        self.inner.txn(txn).await
+    }
+
+    async fn watch(&self, prefix: &str, start_revision: Option<i64>) -> Result<WatchStream, MetaError> {
+        self.check()?;
+        self.inner.watch(prefix, start_revision).await
+    }
+
+    async fn compact(&self, revision: i64) -> Result<(), MetaError> {
+        self.check()?;
+        self.inner.compact(revision).await
+    }
+
+    async fn lease_grant(&self, ttl_s: u64) -> Result<LeaseId, MetaError> {
+        self.check()?;
+        self.inner.lease_grant(ttl_s).await
+    }
+
+    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<u64, MetaError> {
+        self.check()?;
+        self.inner.lease_keep_alive(lease).await
+    }
+
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), MetaError> {
+        self.check()?;
+        self.inner.lease_revoke(lease).await
+    }
 }
