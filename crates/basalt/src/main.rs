@@ -9,6 +9,7 @@ mod api_client;
 mod cmd;
 mod device;
 mod pipeline;
+mod reaper;
 mod size;
 mod stats;
 mod torture;

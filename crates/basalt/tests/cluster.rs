@@ -4,7 +4,8 @@
 //!
 //! Random data goes through the client library and reads back; every object touched has the
 //! same version and bytes on all three replicas (checked with the OSDs' `ObjectInfo` admin op);
-//! then every process is killed with SIGKILL and restarted, and everything reads back intact.
+//! then every process is killed with SIGKILL and restarted, and everything reads back intact;
+//! finally `volume rm` removes the volume and its objects from every replica.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -229,6 +230,29 @@ async fn check_replicas(meta_url: &str, volume: &client::Volume, model: &[u8], s
     }
 }
 
+/// No member of any PG still holds an object of the removed volume.
+async fn check_removed(map: &cluster::ClusterMap, name: &str, stripes: &BTreeSet<u64>) {
+    let record = map.volumes.get(name).expect("volume record before removal");
+    let pool = map.pools.get(&record.pool).expect("pool record");
+    for &stripe in stripes {
+        let pg = cluster::object_pg(record.id, stripe, pool.pg_count);
+        let state = map.pg(pool.id, pg).expect("PG in the table");
+        for osd in &state.members {
+            let connection = net::connect(map.address(*osd).expect("OSD address")).await.expect("connect to an OSD");
+            let request = wire::Request::ObjectInfo {
+                pg: wire::PgId { pool: pool.id, pg },
+                object: wire::ObjectId { inode: record.id, stripe },
+            };
+            let reply = connection.call(state.epoch, request).await.expect("ObjectInfo");
+            assert!(
+                matches!(reply.response, wire::Response::Failed { status: wire::Status::NoSuchObject, .. }),
+                "stripe {stripe} of removed volume {name} still on osd.{osd}: {:?}",
+                reply.response
+            );
+        }
+    }
+}
+
 fn run(store: Store) {
     let name = match store {
         Store::Etcd => "cluster-etcd",
@@ -258,6 +282,16 @@ fn run(store: Store) {
             let volume = client.open_volume("v1").await.expect("open v1 after restart");
             read_all(&volume, &model, "after restarting every process").await;
             check_replicas(&meta_url, &volume, &model, &stripes).await;
+            // Removing the volume removes its objects from every replica, in the background.
+            let store = cluster::connect(&meta_url).await.expect("connect to the metadata store");
+            let before = cluster::ClusterMap::load(store.as_ref()).await.expect("map");
+            cli(&["volume", "rm", "v1", "--api", API]);
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while cluster::ClusterMap::load(store.as_ref()).await.expect("map").volumes.contains_key("v1") {
+                assert!(std::time::Instant::now() < deadline, "volume v1 still listed 60 s after volume rm");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            check_removed(&before, "v1", &stripes).await;
         });
         cluster.kill_all();
     })

@@ -94,6 +94,15 @@ impl Client {
         Ok(Volume::new(self.clone(), record))
     }
 
+    /// Opens volume `name` even while it is being deleted: for removing its objects.
+    pub async fn open_volume_for_removal(&self, name: &str) -> Result<Volume, ClientError> {
+        let map = self.map();
+        let Some(record) = map.volumes.get(name) else {
+            return Err(ClientError::NoSuchVolume { name: name.to_string() });
+        };
+        Ok(Volume::new(self.clone(), record))
+    }
+
     /// The cluster map as the client sees it now.
     pub fn map(&self) -> Arc<ClusterMap> {
         self.inner.map.borrow().clone()

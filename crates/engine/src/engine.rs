@@ -771,7 +771,7 @@ impl<D: Disk> Engine<D> {
         let g = self.geometry;
         let pages = g.pages_per_object() as usize;
         for (index, (_, header)) in chain.iter().enumerate() {
-            if header.seq <= proven_seq || index + 1 != chain.len() {
+            if header.seq <= proven_seq {
                 continue;
             }
             for (at, entry) in header.entries.iter().enumerate() {

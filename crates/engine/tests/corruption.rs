@@ -3,15 +3,19 @@
 //!
 //! The rule checked everywhere: damage is reported (a read fails with `Corrupt`, or open fails
 //! with an error naming what is damaged), never turned into wrong bytes, and an acknowledged
-//! journal record is never dropped silently when later records exist. The one documented
-//! exception: rot in the last journal record is indistinguishable from a torn group commit, so
-//! that record is discarded as a whole, and its writes read as before them.
+//! journal record is never dropped silently when a later record proves it was durable. The one
+//! documented exception: rot in the last records, those no later record proves durable (at
+//! most the records that were in flight together at the end), is indistinguishable from a torn
+//! group commit, so the damaged record and the ones after it are discarded as a whole, and
+//! their writes read as before them.
 
 mod common;
 
 use common::{format_disk, open, page_pattern, pattern_buffer, read, stop, write, CrashDisk, PAGE_BYTES};
-use engine::layout::{Geometry, RecordHeader, Superblock, SuperblockError, FORMAT_VERSION, SUPERBLOCK_SIZE_BYTES};
-use engine::{Engine, EngineError, ObjectId, OpenError, Request};
+use engine::layout::{
+    Geometry, RecordHeader, Superblock, SuperblockError, FORMAT_VERSION, PAGE_SIZE_BYTES, SUPERBLOCK_SIZE_BYTES,
+};
+use engine::{Engine, EngineError, EngineOptions, ObjectId, OpenError, Request};
 use platform::{AlignedBuffer, Disk, DiskOp, DiskRequest};
 use sim::{SimDisk, SimDiskOptions};
 
@@ -207,6 +211,97 @@ fn flipped_bit_in_the_last_record_drops_it_whole() {
     }
 }
 
+/// Options that put every write of a burst in a record of its own, all in flight together.
+fn one_write_per_record() -> EngineOptions {
+    EngineOptions { records_in_flight_max: 8, record_split_bytes: 1, ..common::engine_options() }
+}
+
+/// Six one-page writes to fresh objects submitted together, so their six records are in flight
+/// at once (none knows the others durable), then, with `then_one_more`, a seventh write sealed
+/// after they all committed. Returns the disk and, per record, its seq, header offset, object
+/// and tag, in seq order.
+fn records_written_together(then_one_more: bool) -> (SimDisk, Vec<(u64, u64, ObjectId, u64)>) {
+    let disk = SimDisk::new(SimDiskOptions { size_bytes: 8 << 20, ..SimDiskOptions::default() });
+    let disk = format_disk(disk, u64::from(OBJECT_SIZE_BYTES), 320 << 10);
+    let mut engine = Engine::open(disk, &one_write_per_record()).expect("open");
+    let burst: Vec<Request> = (0..6u64)
+        .map(|stripe| {
+            let id = object(stripe);
+            Request::Write { object: id, offset_bytes: 4096, data: pattern_buffer(100 + stripe, id, 1, 1) }
+        })
+        .collect();
+    for result in common::run_batch(&mut engine, burst) {
+        assert!(result.is_ok(), "{result:?}");
+    }
+    assert!(engine.stats().records_in_flight_peak >= 6, "{:?}", engine.stats());
+    let mut stripes: Vec<u64> = (0..6).collect();
+    if then_one_more {
+        let id = object(6);
+        write(&mut engine, id, 4096, pattern_buffer(106, id, 1, 1));
+        stripes.push(6);
+    }
+    let geometry = *engine.geometry();
+    let disk = stop(engine);
+    let mut records: Vec<(u64, u64, ObjectId, u64)> = stripes
+        .into_iter()
+        .map(|stripe| {
+            let id = object(stripe);
+            let data_at = find_page(&disk, journal_range(&geometry), &page_pattern(100 + stripe, id, 1))
+                .expect("journaled page");
+            let header_at = data_at - PAGE_BYTES as u64;
+            let (seq, _, _) = RecordHeader::peek(&disk.read_written(header_at, PAGE_BYTES), NONCE).expect("header");
+            (seq, header_at, id, 100 + stripe)
+        })
+        .collect();
+    records.sort_unstable();
+    (disk, records)
+}
+
+#[test]
+fn rot_in_an_acknowledged_record_that_a_later_record_proves_durable_fails_open() {
+    // Records 1 to 6 were in flight together; record 7 was sealed after all of them were
+    // durable and says so, so damage to any of them is rot of acknowledged writes.
+    for (target, victim) in [("data", 0usize), ("header", 2), ("magic", 4), ("data", 5)] {
+        let (mut disk, records) = records_written_together(true);
+        let (seq, header_at, _, _) = records[victim];
+        let flip_at = match target {
+            "data" => header_at + PAGE_BYTES as u64 + 77,
+            "header" => header_at + 48 + 8,
+            _ => header_at,
+        };
+        disk.flip_bit(flip_at, 1);
+        match open_error(disk) {
+            OpenError::JournalCorrupt { seq: found, offset_bytes, .. } => {
+                assert_eq!((found, offset_bytes), (seq, header_at), "{target} of record {victim}");
+            }
+            other => panic!("{target} of record {victim}: {other}"),
+        }
+    }
+}
+
+#[test]
+fn rot_in_records_written_together_at_the_end_drops_them_from_there() {
+    // Without a later record, nothing proves records 1 to 6 durable: rot in record 3 looks
+    // like a crash that tore it while 4 to 6 landed, so 3 and everything after it is dropped
+    // (the documented limit) and never read as wrong bytes. New writes then reuse those seqs.
+    let (mut disk, records) = records_written_together(false);
+    let (_, header_at, _, _) = records[2];
+    disk.flip_bit(header_at + PAGE_BYTES as u64 + 5, 6);
+    let mut engine = open(disk);
+    for (index, &(_, _, id, tag)) in records.iter().enumerate() {
+        let expected = if index < 2 { page_pattern(tag, id, 1) } else { vec![0; PAGE_BYTES] };
+        assert_eq!(read(&mut engine, id, 4096, 4096).1, expected, "record {index}");
+    }
+    let id = object(9);
+    write(&mut engine, id, 0, pattern_buffer(999, id, 0, 1));
+    let mut engine = open(stop(engine));
+    assert_eq!(read(&mut engine, id, 0, 4096).1, page_pattern(999, id, 0));
+    for (index, &(_, _, id, tag)) in records.iter().enumerate() {
+        let expected = if index < 2 { page_pattern(tag, id, 1) } else { vec![0; PAGE_BYTES] };
+        assert_eq!(read(&mut engine, id, 4096, 4096).1, expected, "record {index} after the reopen");
+    }
+}
+
 #[test]
 fn flipped_bit_in_a_metadata_entry_fails_open() {
     let mut engine = new_engine();
@@ -324,6 +419,12 @@ fn a_disk_of_zeros_is_not_basalt() {
 
 /// Rewrites superblock copy `copy` with another format version and a valid checksum.
 fn patch_format_version(disk: &mut SimDisk, copy: u64, version: u32) {
+    write_format_version(disk, copy, version);
+    let bytes = sync_io(disk, DiskOp::Read, copy * SUPERBLOCK_SIZE_BYTES, AlignedBuffer::zeroed(PAGE_BYTES));
+    assert_eq!(Superblock::decode(&bytes), Err(SuperblockError::Version { found: version }));
+}
+
+fn write_format_version(disk: &mut SimDisk, copy: u64, version: u32) {
     let offset = copy * SUPERBLOCK_SIZE_BYTES;
     let bytes = sync_io(disk, DiskOp::Read, offset, AlignedBuffer::zeroed(SUPERBLOCK_SIZE_BYTES as usize));
     let superblock = Superblock::decode(&bytes).expect("valid copy");
@@ -333,8 +434,57 @@ fn patch_format_version(disk: &mut SimDisk, copy: u64, version: u32) {
     patched[12..16].fill(0);
     let crc = crc32c::crc32c(&patched);
     patched[12..16].copy_from_slice(&crc.to_le_bytes());
-    assert_eq!(Superblock::decode(&patched), Err(SuperblockError::Version { found: version }));
     sync_io(disk, DiskOp::WriteFlush, offset, AlignedBuffer::from_slice(&patched));
+}
+
+fn format_versions(disk: &mut SimDisk) -> [u32; 2] {
+    [0, 1].map(|copy| {
+        let bytes = sync_io(disk, DiskOp::Read, copy * SUPERBLOCK_SIZE_BYTES, AlignedBuffer::zeroed(PAGE_BYTES));
+        Superblock::decode(&bytes).expect("valid copy").format_version
+    })
+}
+
+/// A disk as format version 1 left it: records written one at a time (their in-flight count,
+/// the reserved field of version 1, is zero) and both superblock copies at version 1.
+fn version_1_disk() -> (SimDisk, Vec<(u64, u64, ObjectId, u64)>) {
+    let Journaled { mut disk, records } = journaled();
+    for &(_, header_at, _, _) in &records {
+        let header = disk.read_written(header_at, PAGE_BYTES);
+        assert_eq!(header[40..48], [0; 8], "a record written alone has no records in flight before it");
+    }
+    for copy in 0..2 {
+        write_format_version(&mut disk, copy, 1);
+    }
+    (disk, records)
+}
+
+#[test]
+fn format_version_1_opens_and_is_upgraded() {
+    let (mut disk, records) = version_1_disk();
+    assert_eq!(format_versions(&mut disk), [1, 1]);
+    let mut engine = open(disk);
+    for &(_, _, id, tag) in &records {
+        assert_eq!(read(&mut engine, id, 4096, 4096).1, page_pattern(tag, id, 1));
+    }
+    // Both copies are rewritten at open, before any record with records in flight before it.
+    let mut disk = stop(engine);
+    assert_eq!(format_versions(&mut disk), [FORMAT_VERSION; 2]);
+    let mut engine = open(disk);
+    for &(_, _, id, tag) in &records {
+        assert_eq!(read(&mut engine, id, 4096, 4096).1, page_pattern(tag, id, 1));
+    }
+}
+
+#[test]
+fn format_version_1_rot_before_later_records_fails_open() {
+    // Zero records in flight before a version 1 record says every earlier record was durable.
+    let (mut disk, records) = version_1_disk();
+    let (seq, header_at, _, _) = records[0];
+    disk.flip_bit(header_at + u64::from(PAGE_SIZE_BYTES) + 9, 0);
+    match open_error(disk) {
+        OpenError::JournalCorrupt { seq: found, offset_bytes, .. } => assert_eq!((found, offset_bytes), (seq, header_at)),
+        other => panic!("{other}"),
+    }
 }
 
 #[test]

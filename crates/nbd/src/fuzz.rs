@@ -242,9 +242,11 @@ fn check_request(parsed: &Parsed, session: &Transmission) {
                     check_range(offset_bytes, length_bytes, session);
                     assert!(length_bytes <= PAYLOAD_SIZE_MAX_BYTES);
                     if session.structured && length_bytes > 0 {
+                        // The data follows the header as its own segment; the header declares it.
                         put_data_header(&mut out, header.handle, offset_bytes, length_bytes);
-                        out.extend_from_slice(&vec![0u8; usize::try_from(length_bytes).unwrap()]);
-                        check_chunk_lengths(&out);
+                        assert_eq!(out.len(), STRUCTURED_REPLY_HEADER_SIZE_BYTES + 8);
+                        let declared = u32::from_be_bytes(out[16..20].try_into().unwrap());
+                        assert_eq!(declared, length_bytes + 8);
                     }
                 }
                 Command::Write { offset_bytes, length_bytes } => {

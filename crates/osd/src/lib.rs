@@ -29,6 +29,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use engine::layout::SuperblockError;
 use engine::{Engine, OpenError};
@@ -231,18 +232,21 @@ async fn daemon(
         return Ok(());
     }
     tracing::info!(osd = id, "osd stopping");
+    // One budget for the whole stop, so a stuck step cannot stretch it.
+    let deadline = tokio::time::Instant::now() + config.shutdown_timeout;
+    let remaining = || deadline.saturating_duration_since(tokio::time::Instant::now());
     let _ = stop_accepting.send(());
     let connections = accepting.await.unwrap_or_default();
-    let left = osd.stop_ops(config.shutdown_timeout).await;
+    let left = osd.stop_ops(remaining()).await;
     if left > 0 {
         tracing::warn!(osd = id, ops = left, "ops still in flight at shutdown are abandoned");
     }
     drop(connections);
     keep_alive.abort();
-    liveness.revoke(config.shutdown_timeout).await;
+    liveness.revoke(remaining().max(Duration::from_millis(500))).await;
     osd.peers.close_all();
     drop(watcher);
-    if !engine.flush_journal(config.shutdown_timeout).await {
+    if !engine.flush_journal(remaining().max(Duration::from_millis(500))).await {
         tracing::warn!(osd = id, "the journal was not emptied at shutdown; the next start replays it");
     }
     driver.abort();

@@ -371,6 +371,7 @@ impl Osd {
             }
             Request::SecList { pg, start, count_max } => {
                 let view = self.secondary_pg(pg, epoch).await?;
+                self.fence()?;
                 let count_max = count_max.min(wire::limits::LIST_ENTRIES_MAX_COUNT) as usize;
                 let start = ObjectId { inode: start.inode, stripe: start.stripe };
                 let entries = self.engine.with(|engine| {

@@ -76,7 +76,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let listener =
         TcpListener::bind(&args.api).await.with_context(|| format!("cannot listen on {} for the API", args.api))?;
     let config = MonConfig::new(args.id.unwrap_or_else(host_name), meta_url);
-    mon::run(store, config, listener, None, shutdown_signal()).await.context("the mon failed")?;
+    // The leader removes deleted volumes' objects through the data path.
+    let client = client::Client::with_store(store.clone()).await.context("cannot start the client library")?;
+    let reaper: Arc<dyn mon::VolumeReaper> = Arc::new(crate::reaper::ClientReaper::new(client));
+    mon::run(store, config, listener, Some(reaper), shutdown_signal()).await.context("the mon failed")?;
     Ok(())
 }
 

@@ -1,0 +1,158 @@
+//! The exports of a Basalt cluster: every volume, by name, through the client library.
+//!
+//! [`ClusterExports`] implements [`Exports`] over a [`client::Client`] and [`VolumeExport`]
+//! implements [`Export`] over a [`client::Volume`]. The client library's contract is what the
+//! server needs for `NBD_FLAG_CAN_MULTI_CONN`: a write is durable on every replica when it
+//! returns, reads go to the OSDs (nothing is cached in the gateway), and `flush` waits for the
+//! writes issued before it.
+//!
+//! The client library has no allocation query yet, so block status reports every range as data
+//! (always correct; clients then copy zeroes instead of skipping holes).
+
+use bytes::Bytes;
+use client::{Client, ClientError, Volume};
+
+use crate::export::{Export, ExportError, Exports, Extent};
+
+/// Every volume of the cluster, exported under its name. The empty (default) name is refused.
+#[derive(Clone, Debug)]
+pub struct ClusterExports {
+    client: Client,
+}
+
+impl ClusterExports {
+    pub fn new(client: Client) -> ClusterExports {
+        ClusterExports { client }
+    }
+}
+
+impl Exports for ClusterExports {
+    type Export = VolumeExport;
+
+    async fn open(&self, name: &str) -> Result<Option<VolumeExport>, ExportError> {
+        match self.client.open_volume(name).await {
+            Ok(volume) => Ok(Some(VolumeExport { volume })),
+            Err(ClientError::NoSuchVolume { .. }) => Ok(None),
+            Err(error) => Err(export_error(error)),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<String>, ExportError> {
+        let map = self.client.map();
+        Ok(map.volumes.values().filter(|record| !record.is_deleting()).map(|record| record.name.clone()).collect())
+    }
+}
+
+/// One volume as an export.
+#[derive(Clone)]
+pub struct VolumeExport {
+    volume: Volume,
+}
+
+impl VolumeExport {
+    pub fn new(volume: Volume) -> VolumeExport {
+        VolumeExport { volume }
+    }
+}
+
+impl Export for VolumeExport {
+    fn name(&self) -> &str {
+        self.volume.name()
+    }
+
+    fn description(&self) -> String {
+        format!("basalt volume {} (inode {:#x})", self.volume.name(), self.volume.id())
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.volume.size_bytes()
+    }
+
+    async fn read(&self, offset_bytes: u64, length_bytes: u32) -> Result<Bytes, ExportError> {
+        self.volume.read(offset_bytes, length_bytes).await.map_err(export_error)
+    }
+
+    async fn write(&self, offset_bytes: u64, data: Bytes) -> Result<(), ExportError> {
+        self.volume.write(offset_bytes, data).await.map_err(export_error)
+    }
+
+    async fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> Result<(), ExportError> {
+        self.volume.write_zeroes(offset_bytes, length_bytes).await.map_err(export_error)
+    }
+
+    async fn trim(&self, offset_bytes: u64, length_bytes: u64) -> Result<(), ExportError> {
+        self.volume.trim(offset_bytes, length_bytes).await.map_err(export_error)
+    }
+
+    async fn flush(&self) -> Result<(), ExportError> {
+        self.volume.flush().await.map_err(export_error)
+    }
+
+    async fn block_status(&self, _offset_bytes: u64, length_bytes: u64) -> Result<Vec<Extent>, ExportError> {
+        Ok(vec![Extent { length_bytes, hole: false }])
+    }
+}
+
+/// What an NBD client sees of a client library error.
+fn export_error(error: ClientError) -> ExportError {
+    let message = error.to_string();
+    match error {
+        ClientError::NoSpace { .. } => ExportError::NoSpace(message),
+        // The server checks ranges against the size it advertised; these mean the volume
+        // shrank or went away under the connection.
+        ClientError::OutOfRange { .. }
+        | ClientError::InvalidArgument { .. }
+        | ClientError::NoSuchVolume { .. }
+        | ClientError::InvalidVolume { .. } => ExportError::Invalid(message),
+        ClientError::Meta(_)
+        | ClientError::Unavailable { .. }
+        | ClientError::Corrupt { .. }
+        | ClientError::Io { .. }
+        | ClientError::Refused { .. }
+        | ClientError::BadReply { .. } => ExportError::Io(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{EINVAL, EIO, ENOSPC};
+
+    /// Maps `error` and checks the NBD error value and that the message names the volume.
+    fn check(error: ClientError, errno: u32) {
+        let mapped = export_error(error);
+        assert_eq!(mapped.errno(), errno);
+        assert!(mapped.to_string().contains("vol"), "{mapped}");
+    }
+
+    #[test]
+    fn client_errors_map_to_nbd_errors() {
+        let pg = wire::PgId { pool: 1, pg: 2 };
+        let operation = client::Operation::Write;
+        check(ClientError::NoSpace { volume: "vol".into(), operation, offset_bytes: 0, pg, osd: 3 }, ENOSPC);
+        check(ClientError::Io { volume: "vol".into(), operation, offset_bytes: 0, pg, osd: 3 }, EIO);
+        check(ClientError::Corrupt { volume: "vol".into(), operation, offset_bytes: 0, pg, osd: 3 }, EIO);
+        check(
+            ClientError::Unavailable {
+                volume: "vol".into(),
+                operation,
+                offset_bytes: 0,
+                pg,
+                waited_ms: 30_000,
+                problem: "no primary".into(),
+            },
+            EIO,
+        );
+        check(
+            ClientError::OutOfRange {
+                volume: "vol".into(),
+                operation,
+                offset_bytes: 0,
+                length_bytes: 4096,
+                size_bytes: 0,
+            },
+            EINVAL,
+        );
+        check(ClientError::NoSuchVolume { name: "vol".into() }, EINVAL);
+    }
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Cluster benchmark against the raw disk, in one sitting: a mon on the embedded store and three
+# OSDs on files in DIR (replication 3, all on this machine), `basalt bench` through the client
+# library, alternating with fio's raw-baseline.sh on the same filesystem, ROUNDS times.
+# Prints medians, ratios to the raw disk, and the OSDs' CPU seconds per 10,000 IOPS.
+#
+# Usage: scripts/bench-cluster.sh [DIR]        (default /var/tmp; needs fio and jq)
+# Env:   ROUNDS=3  RUNTIME=10  OUT=DIR (keeps the raw results)  OSD_SIZE=2G  SPIN_US=0
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-/var/tmp}/basalt-cluster-bench
+rounds=${ROUNDS:-3}
+runtime=${RUNTIME:-10}
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+rig=$(cd ../shared/rig && pwd)
+cargo build --release -p basalt >&2
+basalt=$PWD/target/release/basalt
+api=127.0.0.1:18080
+meta=127.0.0.1:12390
+
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+rm -rf "$dir"
+mkdir -p "$dir"
+
+"$basalt" mon --embedded "$dir/meta" --meta-listen "$meta" --api "$api" >"$out/mon.log" 2>&1 &
+pids+=($!)
+osd_pids=()
+for i in 0 1 2; do
+    "$basalt" -q osd init --data "$dir/osd$i.img" --size "${OSD_SIZE:-2G}"
+    "$basalt" osd --etcd "basalt://$meta" --data "$dir/osd$i.img" --listen "127.0.0.$((i + 2)):16800" \
+        --host "host$i" --spin-us "${SPIN_US:-0}" >"$out/osd$i.log" 2>&1 &
+    pids+=($!)
+    osd_pids+=($!)
+done
+for _ in $(seq 1 100); do
+    up=$("$basalt" osd ls --api "$api" --json 2>/dev/null | jq '[.osds[] | select(.up)] | length' 2>/dev/null || echo 0)
+    [[ "$up" == 3 ]] && break
+    sleep 0.2
+done
+[[ "$up" == 3 ]] || { echo "bench-cluster: OSDs did not come up; logs in $out" >&2; exit 1; }
+"$basalt" -q pool create bench --replicas 3 --min-size 2 --pgs 64 --api "$api" >/dev/null
+"$basalt" -q volume create bench --size 1G --pool bench --api "$api" >/dev/null
+sleep 1
+
+# utime + stime of the OSD processes, in clock ticks.
+osd_ticks() {
+    local total=0 pid
+    for pid in "${osd_pids[@]}"; do
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
+
+"$basalt" -q bench --api "$api" --volume bench --rw write --bs 1m --iodepth 8 --runtime 5 --json >"$out/prefill.json"
+workloads="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd1-fsync randwrite-4k-qd32"
+for round in $(seq 1 "$rounds"); do
+    echo "bench-cluster: round $round of $rounds" >&2
+    OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" bash "$rig/raw-baseline.sh" "${1:-/var/tmp}" >"$out/raw-$round.txt"
+    for spec in "randwrite 1" "randread 1" "randread 32" "randwrite 32"; do
+        set -- $spec
+        before=$(osd_ticks)
+        "$basalt" -q bench --api "$api" --volume bench --rw "$1" --bs 4k --iodepth "$2" --runtime "$runtime" --json \
+            >"$out/basalt-$round-$1-$2.json"
+        after=$(osd_ticks)
+        echo "$((after - before))" >"$out/basalt-$round-$1-$2.ticks"
+    done
+done
+python3 - "$out" "$rounds" "$runtime" "$(getconf CLK_TCK)" <<'PY'
+import json, statistics, sys
+out, rounds, runtime, hz = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+def fio(r, name):
+    job = json.load(open(f"{out}/raw-{r}/{name}.json"))["jobs"][0]
+    d = job["write"] if job["write"]["io_bytes"] > 0 else job["read"]
+    lat = d["lat_ns"]["mean"] / 1000
+    sync = job.get("sync", {})
+    if sync.get("total_ios", 0) > 0:
+        lat += sync["lat_ns"]["mean"] / 1000
+    return d["iops"], lat, d["lat_ns"]["percentile"].get("99.000000", 0) / 1000
+def ours(r, rw, qd):
+    row = json.load(open(f"{out}/basalt-{r}-{rw}-{qd}.json"))
+    ticks = int(open(f"{out}/basalt-{r}-{rw}-{qd}.ticks").read())
+    cpu_s = ticks / hz
+    per_10k = cpu_s / (row["iops"] * runtime / 10000) if row["iops"] else float("nan")
+    return row["iops"], row["lat_mean_us"], row["lat_p99_us"], per_10k
+med = statistics.median
+rows = [("randwrite", 1, "randwrite-4k-qd1-fsync", "time per op"), ("randread", 1, "randread-4k-qd1", "latency"),
+        ("randread", 32, "randread-4k-qd32", "iops"), ("randwrite", 32, "randwrite-4k-qd32", "iops")]
+print(f"{'workload':<20} {'IOPS':>8} {'mean us':>8} {'p99 us':>8} {'OSD cpu s/10k IO':>17}   {'raw workload':<24} {'IOPS':>8} {'mean us':>8}   ratio")
+for rw, qd, raw, kind in rows:
+    o = [ours(r, rw, qd) for r in range(1, rounds + 1)]
+    f = [fio(r, raw) for r in range(1, rounds + 1)]
+    oi, ol, op, oc = (med([x[i] for x in o]) for i in range(4))
+    fi, fl = med([x[0] for x in f]), med([x[1] for x in f])
+    if kind == "time per op":
+        ratio = f"time per op {fi / oi:.2f}x raw (mean latency {ol / fl:.2f}x)"
+    elif kind == "latency":
+        ratio = f"latency {ol / fl:.2f}x raw"
+    else:
+        ratio = f"IOPS {oi / fi:.2f}x raw"
+    print(f"{rw}-4k-qd{qd:<10} {oi:>8.0f} {ol:>8.1f} {op:>8.0f} {oc:>17.2f}   {raw:<24} {fi:>8.0f} {fl:>8.1f}   {ratio}")
+print(f"# medians of {rounds} rounds, {runtime:.0f} s each; replication 3 on one machine; raw = fio on a file in the same filesystem")
+PY
+echo "bench-cluster: raw results in $out" >&2
