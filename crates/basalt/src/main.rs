@@ -46,6 +46,10 @@ enum Command {
     Status(cmd::status::Args),
     /// Measure I/O on a volume through the client library (IOPS, MiB/s, latency).
     Bench(cmd::bench::Args),
+    /// Serve every volume as an NBD export named after it.
+    Nbd(cmd::nbd::Args),
+    /// Run a whole cluster in this process: metadata store, mon, OSDs on files, NBD gateway.
+    Dev(cmd::dev::Args),
 }
 
 /// `basalt osd` runs the daemon; `basalt osd <command>` manages OSDs.
@@ -113,6 +117,8 @@ fn main() -> ExitCode {
         Command::Volume(args) => cmd::volume::run(global, args),
         Command::Status(args) => cmd::status::run(global, args),
         Command::Bench(args) => cmd::bench::run(global, args),
+        Command::Nbd(args) => cmd::nbd::run(global, args),
+        Command::Dev(args) => cmd::dev::run(global, args),
         Command::Engine(EngineCommand::Bench(args)) => cmd::engine_bench::run(global, args),
         Command::Engine(EngineCommand::Fill(args)) => cmd::engine_fill::run(global, args),
         Command::Engine(EngineCommand::Torture(args)) => cmd::engine_torture::run(global, args),

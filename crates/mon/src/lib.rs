@@ -10,7 +10,7 @@
 //! [`Mon::start`] runs a mon inside the caller's tokio runtime on any [`MetaStore`], so
 //! `basalt mon` and a single-process cluster share this code.
 
-mod admin;
+pub mod admin;
 mod api;
 mod leader;
 pub mod pg_tables;

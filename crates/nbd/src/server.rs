@@ -383,6 +383,12 @@ where
             && queue.size_bytes < SEND_QUEUE_BYTES_MAX
         {
             match take_request(&mut input, session)? {
+                None if end_of_stream && input.is_empty() => {
+                    reading = false;
+                }
+                None if end_of_stream => {
+                    return Err(ConnectionError::Truncated { buffered_bytes: input.len() });
+                }
                 None => break,
                 Some(Parsed::Disconnect) => {
                     reading = false;
@@ -400,17 +406,13 @@ where
                 }
             }
         }
-        if end_of_stream && reading {
-            reading = false;
-            if !input.is_empty() {
-                return Err(ConnectionError::Truncated { buffered_bytes: input.len() });
-            }
-        }
         if !reading && in_flight.is_empty() && queue.is_empty() {
             writer.flush().await?;
             return Ok(());
         }
+        // After the end of the stream, requests still buffered are started as the bounds allow.
         let want_input = reading
+            && !end_of_stream
             && in_flight.len() < REQUESTS_IN_FLIGHT_MAX
             && in_flight_bytes < IN_FLIGHT_BYTES_MAX
             && queue.size_bytes < SEND_QUEUE_BYTES_MAX;

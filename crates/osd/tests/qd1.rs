@@ -1,4 +1,4 @@
-//! A measurement, not a check: QD1 4 KiB writes and reads through a primary of three in-process
+//! A measurement, not a check: QD1 pings, 4 KiB reads and 4 KiB writes through a primary of three in-process
 //! OSDs, with the latency and the thread wake-ups per op of each OSD thread and of the client
 //! (voluntary context switches from `/proc/self/task/*/status`: each is one sleep, so one
 //! wake-up). ADR 0008 records the results.
@@ -53,6 +53,7 @@ fn qd1_latency_and_wakeups() {
     let ops = env_u64("BASALT_QD1_OPS", 3000) as usize;
     let cluster = Cluster::start_with(|config| config.spin = Duration::from_micros(spin_us));
     let address = cluster.address(1);
+    let replica_address = cluster.address(2);
     // Objects whose primary is osd.1.
     let targets: Vec<(u64, PgId)> = (0..4096u64)
         .map(|stripe| (stripe, cluster::object_pg(INODE, stripe, PG_COUNT)))
@@ -69,26 +70,38 @@ fn qd1_latency_and_wakeups() {
     drop(connection);
 
     println!("qd1: spin_us={spin_us} ops={ops}");
-    for workload in ["write", "read"] {
+    for workload in ["ping", "read", "write", "secwrite"] {
         let targets = targets.clone();
         let address = address.clone();
+        let replica_address = replica_address.clone();
         let before = switches();
         let client = std::thread::Builder::new()
             .name("client".into())
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
                 runtime.block_on(async move {
-                    let connection = net::connect(&address).await.unwrap();
+                    let address = if workload == "secwrite" { &replica_address } else { &address };
+                    let connection = net::connect(address).await.unwrap();
                     let switches_before = own_switches();
                     let mut latencies = Vec::with_capacity(ops);
                     let pages = u64::from(OBJECT_SIZE) / 4096;
                     for index in 0..ops {
                         let (stripe, pg) = targets[index % targets.len()];
                         let offset_bytes = stripe * u64::from(OBJECT_SIZE) + (index as u64 * 7 % pages) * 4096;
-                        let request = if workload == "write" {
-                            Request::Write { pg, inode: INODE, offset_bytes, data: pattern(index as u8, 4096) }
-                        } else {
-                            Request::Read { pg, inode: INODE, offset_bytes, length_bytes: 4096 }
+                        let request = match workload {
+                            "write" => {
+                                Request::Write { pg, inode: INODE, offset_bytes, data: pattern(index as u8, 4096) }
+                            }
+                            "read" => Request::Read { pg, inode: INODE, offset_bytes, length_bytes: 4096 },
+                            // Straight to a replica's engine: one hop and one journal write.
+                            "secwrite" => Request::SecWrite {
+                                pg,
+                                object: wire::ObjectId { inode: INODE, stripe },
+                                version: (1 << 40) + 1_000_000 + index as u64,
+                                offset_bytes: (offset_bytes % u64::from(OBJECT_SIZE)) as u32,
+                                data: pattern(index as u8, 4096),
+                            },
+                            _ => Request::Ping,
                         };
                         let started = Instant::now();
                         let reply = connection.call(1, request).await.unwrap();
@@ -108,7 +121,7 @@ fn qd1_latency_and_wakeups() {
             delta as f64 / ops as f64
         };
         println!(
-            "qd1 {workload} 4k: mean={:.1}us p50={:.1}us p99={:.1}us; wake-ups per op: osd.1 (primary)={:.2} osd.2={:.2} osd.3={:.2} client={:.2}",
+            "qd1 {workload}: mean={:.1}us p50={:.1}us p99={:.1}us; wake-ups per op: osd.1 (primary)={:.2} osd.2={:.2} osd.3={:.2} client={:.2}",
             mean.as_secs_f64() * 1e6,
             percentile(&latencies, 0.5).as_secs_f64() * 1e6,
             percentile(&latencies, 0.99).as_secs_f64() * 1e6,

@@ -179,7 +179,7 @@ fn workload_name(rw: Rw, block_size_bytes: u64, queue_depth: usize) -> String {
 }
 
 /// The metadata store URL a mon serves at `GET /api/v1/cluster`.
-fn meta_url_from_api(api: &str) -> anyhow::Result<String> {
+pub fn meta_url_from_api(api: &str) -> anyhow::Result<String> {
     let cluster = crate::api_client::ApiClient::new(api).get("/cluster")?;
     cluster["meta_url"]
         .as_str()

@@ -1,11 +1,13 @@
 //! The subcommands, one module each, named `<noun>_<verb>` after the command line.
 
 pub mod bench;
+pub mod dev;
 pub mod engine_bench;
 pub mod engine_fill;
 pub mod engine_torture;
 pub mod engine_verify;
 pub mod mon;
+pub mod nbd;
 pub mod osd_admin;
 pub mod osd_info;
 pub mod osd_init;

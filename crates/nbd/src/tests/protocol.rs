@@ -508,3 +508,33 @@ async fn shutdown_finishes_requests_in_flight_then_closes() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(tokio::net::TcpStream::connect(address).await.is_err());
 }
+
+/// A client that sends its requests and closes its sending side still gets every reply, even
+/// with more requests buffered than the server runs at once.
+#[tokio::test]
+async fn requests_sent_before_the_end_of_the_stream_are_all_answered() {
+    let (_server, address) = start(standard_exports()).await;
+    let mut client = RawClient::connect(address, FIXED_NO_ZEROES).await;
+    export_info(&client.go("vol", &[]).await);
+    let mut bytes = Vec::new();
+    for handle in 0..400u64 {
+        bytes.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+        bytes.extend_from_slice(&0u16.to_be_bytes());
+        bytes.extend_from_slice(&CMD_WRITE.to_be_bytes());
+        bytes.extend_from_slice(&handle.to_be_bytes());
+        bytes.extend_from_slice(&(handle * 4096).to_be_bytes());
+        bytes.extend_from_slice(&4096u32.to_be_bytes());
+        bytes.extend_from_slice(&[handle as u8; 4096]);
+    }
+    client.stream.write_all(&bytes).await.unwrap();
+    client.stream.shutdown().await.unwrap();
+    let mut handles: Vec<u64> = Vec::new();
+    for _ in 0..400 {
+        let reply = client.read_reply(|_| 0).await;
+        assert_eq!(reply.errno, 0);
+        handles.push(reply.handle);
+    }
+    handles.sort_unstable();
+    assert_eq!(handles, (0..400).collect::<Vec<u64>>());
+    assert!(client.is_closed().await);
+}
