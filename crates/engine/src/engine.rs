@@ -4,9 +4,12 @@
 //! - *flushed*: the metadata area plus data blocks, mirrored in RAM by `index` (object -> block,
 //!   version) and `block_refs` (who holds each block);
 //! - *committed*: journal records that are durable but not yet flushed, mirrored by `dirty`
-//!   (per object, its journal entries in version order).
+//!   (per object, its journal entries in version order);
+//! - *in flight*: sealed records being written, several at once (`records_in_flight`), whose
+//!   effect on versions and block reservations later records must see (`sealed_objects`).
 //!
-//! A write is acknowledged when its journal record is durable. The flusher applies the oldest
+//! A write is acknowledged when its journal record and every earlier record are durable
+//! (records commit in seq order, see `replay_journal` for why). The flusher applies the oldest
 //! records to the flushed state (data copy, flush, metadata write) and only then moves the
 //! journal tail in the superblock, so replay after a crash always starts from a flushed state
 //! plus every record that may not be in it. Applying a record whose effect is already flushed

@@ -2,15 +2,16 @@
 //!
 //! Objects are addressed by `(inode, stripe)` and hold up to `object_size` bytes. Small writes
 //! go to a journal together with their data and are acknowledged once the journal write is
-//! durable (group commit: one flush per batch of concurrent writes). Whole-object writes go to
-//! a free data block first (redirect-on-write) and journal only a pointer. A background flusher
-//! copies journaled data into place, updates the on-disk metadata area and trims the journal.
-//! Every 4 KiB page carries a crc32c checked on every read.
+//! durable (group commit: one flush per batch of concurrent writes, several batches in
+//! flight). Whole-object writes go to a free data block first (redirect-on-write) and journal
+//! only a pointer. A background flusher copies journaled data into place, updates the on-disk
+//! metadata area and trims the journal. Every 4 KiB page carries a crc32c checked on every read.
 //!
 //! The engine is a single-threaded state machine over the [`platform::Disk`] trait: callers
 //! [`Engine::submit`] requests, then [`Engine::poll`] for completions and [`Engine::wait`] when
 //! there is nothing to do. See `docs/design/engine-format.md` for the byte layout and
-//! `docs/adr/0002-engine-design.md` for the reasoning.
+//! `docs/adr/0002-engine-journal-and-redirect.md` and `docs/adr/0009-journal-records-in-flight.md`
+//! for the reasoning.
 
 mod engine;
 mod index;

@@ -74,9 +74,9 @@ pub fn handshake_stream(input: &[u8]) {
         if header.option == OPT_STRUCTURED_REPLY && !shutting_down && data.is_empty() {
             structured = true;
         }
-        if let Next::Transmit(session) = &next {
+        if let Next::Transmit(transmission) = &next {
             assert!(known_export, "entered transmission for an export that was not found: {option:?}");
-            check_session(session, structured);
+            check_transmission(transmission, structured);
             if header.option == OPT_EXPORT_NAME {
                 let expected = if client.no_zeroes { 10 } else { 10 + EXPORT_NAME_PADDING_BYTES };
                 assert_eq!(out.len(), expected);
@@ -93,12 +93,12 @@ pub fn handshake_stream(input: &[u8]) {
     }
 }
 
-fn check_session(session: &Transmission, structured: bool) {
-    assert_eq!(session.size_bytes % EXPORT_BLOCK_SIZE_BYTES, 0);
-    assert_ne!(session.flags & FLAG_HAS_FLAGS, 0);
-    assert_eq!(session.structured, structured);
-    assert_eq!(session.flags & FLAG_SEND_DF != 0, structured);
-    assert!(!session.base_allocation || structured);
+fn check_transmission(transmission: &Transmission, structured: bool) {
+    assert_eq!(transmission.size_bytes % EXPORT_BLOCK_SIZE_BYTES, 0);
+    assert_ne!(transmission.flags & FLAG_HAS_FLAGS, 0);
+    assert_eq!(transmission.structured, structured);
+    assert_eq!(transmission.flags & FLAG_SEND_DF != 0, structured);
+    assert!(!transmission.base_allocation || structured);
 }
 
 /// Walks the replies to one option and checks their framing.
@@ -165,7 +165,7 @@ pub fn request_stream(input: &[u8]) {
         None => (0, rest),
     };
     let structured = options & 1 != 0;
-    let session = Transmission {
+    let transmission = Transmission {
         export_name: "vol".to_string(),
         size_bytes: SIZES_BYTES[usize::from((options >> 2) & 3)],
         flags: FLAG_HAS_FLAGS,
@@ -173,9 +173,9 @@ pub fn request_stream(input: &[u8]) {
         base_allocation: structured && options & 2 != 0,
     };
 
-    let whole = split_requests(stream, &session, &mut |_| usize::MAX);
+    let whole = split_requests(stream, &transmission, &mut |_| usize::MAX);
     let mut state = seed | 1;
-    let chunked = split_requests(stream, &session, &mut |remaining| {
+    let chunked = split_requests(stream, &transmission, &mut |remaining| {
         // xorshift64: chunk sizes from 1 byte to a little over a request header.
         state ^= state << 13;
         state ^= state >> 7;
@@ -185,7 +185,7 @@ pub fn request_stream(input: &[u8]) {
     assert_eq!(whole, chunked, "the chunking changed how the stream splits into requests");
 
     for parsed in &whole.0 {
-        check_request(parsed, &session);
+        check_request(parsed, &transmission);
     }
 }
 
@@ -193,7 +193,7 @@ pub fn request_stream(input: &[u8]) {
 /// socket reads do. Returns the requests taken and the error that ended the stream, if any.
 fn split_requests(
     stream: &[u8],
-    session: &Transmission,
+    transmission: &Transmission,
     chunk: &mut dyn FnMut(usize) -> usize,
 ) -> (Vec<Parsed>, Option<StreamError>) {
     let mut input = BytesMut::new();
@@ -204,7 +204,7 @@ fn split_requests(
         input.extend_from_slice(&stream[fed..fed + count]);
         fed += count;
         loop {
-            match take_request(&mut input, session) {
+            match take_request(&mut input, transmission) {
                 Ok(Some(Parsed::Disconnect)) => {
                     taken.push(Parsed::Disconnect);
                     return (taken, None);
@@ -218,14 +218,14 @@ fn split_requests(
     (taken, None)
 }
 
-fn check_request(parsed: &Parsed, session: &Transmission) {
+fn check_request(parsed: &Parsed, transmission: &Transmission) {
     let mut out = BytesMut::new();
     match parsed {
         Parsed::Disconnect => {}
         Parsed::Refused { header, rejection } => {
             assert_ne!(rejection.errno, 0);
             assert_ne!(header.command, CMD_DISC, "a disconnect gets no reply");
-            if session.structured {
+            if transmission.structured {
                 put_error_chunk(&mut out, header.handle, rejection.errno, &rejection.message);
                 check_chunk_lengths(&out);
             } else {
@@ -239,9 +239,9 @@ fn check_request(parsed: &Parsed, session: &Transmission) {
             }
             match *command {
                 Command::Read { offset_bytes, length_bytes } => {
-                    check_range(offset_bytes, length_bytes, session);
+                    check_range(offset_bytes, length_bytes, transmission);
                     assert!(length_bytes <= PAYLOAD_SIZE_MAX_BYTES);
-                    if session.structured && length_bytes > 0 {
+                    if transmission.structured && length_bytes > 0 {
                         // The data follows the header as its own segment; the header declares it.
                         put_data_header(&mut out, header.handle, offset_bytes, length_bytes);
                         assert_eq!(out.len(), STRUCTURED_REPLY_HEADER_SIZE_BYTES + 8);
@@ -250,17 +250,17 @@ fn check_request(parsed: &Parsed, session: &Transmission) {
                     }
                 }
                 Command::Write { offset_bytes, length_bytes } => {
-                    check_range(offset_bytes, length_bytes, session);
+                    check_range(offset_bytes, length_bytes, transmission);
                     assert_eq!(payload.len(), usize::try_from(length_bytes).unwrap());
                 }
                 Command::Trim { offset_bytes, length_bytes }
                 | Command::WriteZeroes { offset_bytes, length_bytes, .. } => {
-                    check_range(offset_bytes, length_bytes, session)
+                    check_range(offset_bytes, length_bytes, transmission)
                 }
                 Command::BlockStatus { offset_bytes, length_bytes, one_extent } => {
-                    assert!(session.base_allocation);
+                    assert!(transmission.base_allocation);
                     assert_ne!(length_bytes, 0);
-                    check_range(offset_bytes, length_bytes, session);
+                    check_range(offset_bytes, length_bytes, transmission);
                     check_block_status(header.handle, offset_bytes, length_bytes, one_extent);
                 }
                 Command::Flush => assert_eq!((header.offset_bytes, header.length_bytes), (0, 0)),
@@ -271,10 +271,10 @@ fn check_request(parsed: &Parsed, session: &Transmission) {
     }
 }
 
-fn check_range(offset_bytes: u64, length_bytes: u32, session: &Transmission) {
+fn check_range(offset_bytes: u64, length_bytes: u32, transmission: &Transmission) {
     assert_eq!(offset_bytes % u64::from(BLOCK_SIZE_MIN_BYTES), 0);
     assert_eq!(length_bytes % BLOCK_SIZE_MIN_BYTES, 0);
-    assert!(offset_bytes.checked_add(u64::from(length_bytes)).is_some_and(|end| end <= session.size_bytes));
+    assert!(offset_bytes.checked_add(u64::from(length_bytes)).is_some_and(|end| end <= transmission.size_bytes));
 }
 
 /// Reports a block status for a made-up layout (alternating 4 KiB data and holes from the

@@ -5,7 +5,7 @@
 //!
 //! Hostile bytes never panic: a malformed option gets `NBD_REP_ERR_INVALID`, and only what
 //! makes the stream impossible to follow (a bad magic, unknown client flags, an oversized
-//! option) or what the protocol says must end the session (an `NBD_OPT_EXPORT_NAME` that
+//! option) or what the protocol says must end the connection (an `NBD_OPT_EXPORT_NAME` that
 //! cannot be served) closes the connection.
 
 use crate::limits::{

@@ -15,7 +15,7 @@ use crate::handshake::{truncate, Transmission};
 use crate::limits::{BLOCK_SIZE_MIN_BYTES, BLOCK_STATUS_EXTENTS_MAX, PAYLOAD_SIZE_MAX_BYTES};
 use crate::proto::*;
 
-/// A request header, not yet checked against the session.
+/// A request header, not yet checked against the transmission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestHeader {
     pub flags: u16,
@@ -59,7 +59,7 @@ pub fn decode_request_header(bytes: &[u8; REQUEST_HEADER_SIZE_BYTES]) -> Result<
     Ok((header, header.length_bytes))
 }
 
-/// A request checked against the session: in range, aligned, with only the flags it may carry.
+/// A request checked against the transmission: in range, aligned, with only the flags it may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
     Read { offset_bytes: u64, length_bytes: u32 },
@@ -88,14 +88,14 @@ fn reject(errno: u32, message: String) -> Rejection {
 /// Past the end: `ENOSPC` for writes, `EINVAL` for the rest, as the protocol recommends.
 /// Offsets and lengths must be multiples of [`BLOCK_SIZE_MIN_BYTES`]. `NBD_CMD_FLAG_FUA` is
 /// accepted on every command (writes are durable when acknowledged anyway).
-pub fn classify(header: &RequestHeader, session: &Transmission) -> Result<Command, Rejection> {
+pub fn classify(header: &RequestHeader, transmission: &Transmission) -> Result<Command, Rejection> {
     if header.command == CMD_DISC {
         // No reply is possible, whatever the flags, offset and length.
         return Ok(Command::Disconnect);
     }
     let allowed = CMD_FLAG_FUA
         | match header.command {
-            CMD_READ if session.structured => CMD_FLAG_DF,
+            CMD_READ if transmission.structured => CMD_FLAG_DF,
             CMD_WRITE_ZEROES => CMD_FLAG_NO_HOLE,
             CMD_BLOCK_STATUS => CMD_FLAG_REQ_ONE,
             _ => 0,
@@ -104,7 +104,7 @@ pub fn classify(header: &RequestHeader, session: &Transmission) -> Result<Comman
     if header.flags & !allowed != 0 {
         return Err(reject(EINVAL, format!("{name} does not take command flags {:#x}", header.flags & !allowed)));
     }
-    let range = || check_range(header, session.size_bytes, name);
+    let range = || check_range(header, transmission.size_bytes, name);
     match header.command {
         CMD_READ => {
             if header.length_bytes > PAYLOAD_SIZE_MAX_BYTES {
@@ -142,7 +142,7 @@ pub fn classify(header: &RequestHeader, session: &Transmission) -> Result<Comman
             })
         }
         CMD_BLOCK_STATUS => {
-            if !session.base_allocation {
+            if !transmission.base_allocation {
                 return Err(reject(
                     EINVAL,
                     "NBD_CMD_BLOCK_STATUS needs the base:allocation context selected".to_string(),
@@ -211,7 +211,7 @@ pub enum Parsed {
 /// Takes the next complete request (header and payload) from the front of `input`, or returns
 /// `None` and leaves `input` alone if it does not hold one yet. The payload shares `input`'s
 /// buffer (no copy).
-pub fn take_request(input: &mut BytesMut, session: &Transmission) -> Result<Option<Parsed>, StreamError> {
+pub fn take_request(input: &mut BytesMut, transmission: &Transmission) -> Result<Option<Parsed>, StreamError> {
     let Some(header_bytes) = input.get(..REQUEST_HEADER_SIZE_BYTES) else {
         return Ok(None);
     };
@@ -223,7 +223,7 @@ pub fn take_request(input: &mut BytesMut, session: &Transmission) -> Result<Opti
     }
     input.advance(REQUEST_HEADER_SIZE_BYTES);
     let payload = input.split_to(payload_bytes).freeze();
-    Ok(Some(match classify(&header, session) {
+    Ok(Some(match classify(&header, transmission) {
         Ok(Command::Disconnect) => Parsed::Disconnect,
         Ok(command) => Parsed::Run { header, command, payload },
         Err(rejection) => Parsed::Refused { header, rejection },
@@ -345,7 +345,7 @@ pub fn put_block_status(out: &mut BytesMut, handle: u64, descriptors: &[(u32, u3
 mod tests {
     use super::*;
 
-    fn session() -> Transmission {
+    fn transmission() -> Transmission {
         Transmission {
             export_name: "vol".to_string(),
             size_bytes: 1 << 20,
@@ -359,9 +359,9 @@ mod tests {
         RequestHeader { flags, command, handle: 7, offset_bytes, length_bytes }
     }
 
-    /// Classifies a request against `session()` and checks the result (`Err` holds the errno).
+    /// Classifies a request against `transmission()` and checks the result (`Err` holds the errno).
     fn check(request: RequestHeader, expect: Result<Command, u32>) {
-        assert_eq!(classify(&request, &session()).map_err(|rejection| rejection.errno), expect);
+        assert_eq!(classify(&request, &transmission()).map_err(|rejection| rejection.errno), expect);
     }
 
     #[test]
@@ -403,7 +403,7 @@ mod tests {
 
     #[test]
     fn negotiation_limits_commands() {
-        let plain = Transmission { structured: false, base_allocation: false, ..session() };
+        let plain = Transmission { structured: false, base_allocation: false, ..transmission() };
         let refused = |request: RequestHeader| classify(&request, &plain).unwrap_err().errno;
         assert_eq!(refused(header(CMD_READ, CMD_FLAG_DF, 0, 4096)), EINVAL);
         assert_eq!(refused(header(CMD_BLOCK_STATUS, 0, 0, 4096)), EINVAL);

@@ -183,19 +183,19 @@ impl<X: Exports> Server<X> {
             Ok(agreed) => agreed?,
             Err(_) => return Err(ConnectionError::HandshakeTimeout),
         };
-        let Some((session, export)) = agreed else {
+        let Some((transmission, export)) = agreed else {
             return Ok(());
         };
-        tracing::debug!(%peer, export = %session.export_name, size_bytes = session.size_bytes, structured = session.structured,
+        tracing::debug!(%peer, export = %transmission.export_name, size_bytes = transmission.size_bytes, structured = transmission.structured,
             "entering the transmission phase");
         let locks = self.locks(export.name());
         let mut shutdown = self.shared.shutdown.subscribe();
-        let result = transmit(&mut reader, &mut writer, &session, &export, &locks, &mut shutdown, peer).await;
+        let result = transmit(&mut reader, &mut writer, &transmission, &export, &locks, &mut shutdown, peer).await;
         writer.shutdown().await.ok();
         result
     }
 
-    /// Runs the option haggling. Returns the agreed session and the opened export, or `None`
+    /// Runs the option haggling. Returns what was agreed for the transmission phase and the opened export, or `None`
     /// if the client left or aborted.
     async fn handshake<R, W>(
         &self,
@@ -249,9 +249,9 @@ impl<X: Exports> Server<X> {
             match next {
                 Next::Continue => {}
                 Next::Close => return Ok(None),
-                Next::Transmit(session) => {
+                Next::Transmit(transmission) => {
                     let export = opened.expect("only an option that opened an export enters transmission");
-                    return Ok(Some((session, export)));
+                    return Ok(Some((transmission, export)));
                 }
             }
         }
@@ -357,7 +357,7 @@ fn request_cost_bytes(command: &Command) -> u64 {
 async fn transmit<R, W, E>(
     reader: &mut R,
     writer: &mut W,
-    session: &Transmission,
+    transmission: &Transmission,
     export: &E,
     locks: &Arc<RangeLocks>,
     shutdown: &mut watch::Receiver<bool>,
@@ -382,7 +382,7 @@ where
             && in_flight_bytes < IN_FLIGHT_BYTES_MAX
             && queue.size_bytes < SEND_QUEUE_BYTES_MAX
         {
-            match take_request(&mut input, session)? {
+            match take_request(&mut input, transmission)? {
                 None if end_of_stream && input.is_empty() => {
                     reading = false;
                 }
@@ -396,7 +396,7 @@ where
                 Some(Parsed::Refused { header, rejection }) => {
                     let message = &rejection.message;
                     tracing::debug!(%peer, handle = header.handle, command = header.command, %message, "refusing request");
-                    put_error(&mut headers, &mut queue, session, header.handle, rejection.errno, message);
+                    put_error(&mut headers, &mut queue, transmission, header.handle, rejection.errno, message);
                 }
                 Some(Parsed::Run { header, command, payload }) => {
                     let cost = request_cost_bytes(&command);
@@ -426,7 +426,7 @@ where
             biased;
             Some((handle, cost, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
                 in_flight_bytes -= cost;
-                put_outcome(&mut headers, &mut queue, session, handle, outcome, export.name(), peer);
+                put_outcome(&mut headers, &mut queue, transmission, handle, outcome, export.name(), peer);
             }
             written = write_some(writer, &queue), if !queue.is_empty() => {
                 queue.advance(written?);
@@ -447,12 +447,12 @@ where
 fn put_error(
     headers: &mut BytesMut,
     queue: &mut SendQueue,
-    session: &Transmission,
+    transmission: &Transmission,
     handle: u64,
     errno: u32,
     message: &str,
 ) {
-    if session.structured {
+    if transmission.structured {
         put_error_chunk(headers, handle, errno, message);
     } else {
         put_simple_reply(headers, handle, errno);
@@ -463,7 +463,7 @@ fn put_error(
 fn put_outcome(
     headers: &mut BytesMut,
     queue: &mut SendQueue,
-    session: &Transmission,
+    transmission: &Transmission,
     handle: u64,
     outcome: Outcome,
     export_name: &str,
@@ -473,7 +473,7 @@ fn put_outcome(
         Outcome::Done => put_simple_reply(headers, handle, 0),
         Outcome::Data { offset_bytes, data } => {
             let length = u32::try_from(data.len()).expect("reads are bounded by the payload limit");
-            if !session.structured {
+            if !transmission.structured {
                 put_simple_reply(headers, handle, 0);
             } else if length == 0 {
                 put_done(headers, handle);
@@ -487,7 +487,7 @@ fn put_outcome(
         Outcome::Extents(descriptors) => put_block_status(headers, handle, &descriptors),
         Outcome::Failed(error) => {
             tracing::warn!(%peer, export = %export_name, handle, %error, "request failed");
-            put_error(headers, queue, session, handle, error.errno(), &error.to_string());
+            put_error(headers, queue, transmission, handle, error.errno(), &error.to_string());
             return;
         }
     }

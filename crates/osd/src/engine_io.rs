@@ -8,8 +8,9 @@
 //! costs a thread wake-up only if the thread was parked.
 //!
 //! With a spin budget (`--spin-us`), the driver keeps polling (the engine's completion queue,
-//! and the sockets through a zero-timeout epoll by yielding to the runtime) for that long after
-//! the last sign of activity while anything is in flight, before it lets the thread park.
+//! and the sockets through a zero-timeout epoll by yielding to the runtime) until that long has
+//! passed since the last activity (a request, a reply, a disk completion) before it lets the
+//! thread park: an idle OSD sleeps, a busy one catches its next event without a wake-up.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -19,7 +20,6 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use engine::{Completion, Engine, EngineError, Reply, Request};
-use platform::Disk;
 use platform_linux::{CompletionNotifier, UringDisk};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -36,9 +36,8 @@ pub(crate) struct EngineIo {
     kick: Notify,
     /// Signalled after every poll that moved something (shutdown waits on it).
     progressed: Notify,
-    /// Ops outside the engine (waiting for replicas) that make spinning worthwhile.
-    busy_ops: Cell<usize>,
     spin: Duration,
+    spinning: Cell<bool>,
     last_activity: Cell<Instant>,
 }
 
@@ -89,8 +88,8 @@ impl EngineIo {
             notifier,
             kick: Notify::new(),
             progressed: Notify::new(),
-            busy_ops: Cell::new(0),
             spin,
+            spinning: Cell::new(false),
             last_activity: Cell::new(Instant::now()),
         })
     }
@@ -124,18 +123,6 @@ impl EngineIo {
         self.engine.borrow_mut().submit(user_data, request);
         self.kick.notify_one();
         EngineOp { io: self.clone(), user_data, finished: false }
-    }
-
-    /// Requests in flight in the engine.
-    pub(crate) fn ops_in_flight(&self) -> usize {
-        self.slots.borrow().live_count
-    }
-
-    /// Counts an op that waits outside the engine (for replicas), for the spin decision.
-    pub(crate) fn busy_guard(self: &Rc<Self>) -> BusyGuard {
-        self.busy_ops.set(self.busy_ops.get() + 1);
-        self.last_activity.set(Instant::now());
-        BusyGuard { io: self.clone() }
     }
 
     /// Asks the flusher to empty the journal and drives the engine until it is idle or
@@ -191,19 +178,26 @@ impl EngineIo {
         }
     }
 
-    /// Keeps polling without parking while something is in flight and the last activity is
-    /// less than the spin budget ago.
+    /// Keeps polling without parking until the last activity is a spin budget ago.
     async fn spin(&self, completions: &mut Vec<Completion>) {
-        loop {
-            let in_flight = self.ops_in_flight() > 0
-                || self.busy_ops.get() > 0
-                || self.engine.borrow().disk().in_flight_count() > 0;
-            if !in_flight || self.last_activity.get().elapsed() >= self.spin {
-                return;
-            }
+        self.spinning.set(true);
+        while self.last_activity.get().elapsed() < self.spin {
             // Lets the other tasks run and the runtime poll the sockets without blocking.
             tokio::task::yield_now().await;
             self.poll_once(completions);
+        }
+        self.spinning.set(false);
+    }
+
+    /// Records activity (a request arrived or replied): with a spin budget, the thread keeps
+    /// polling for that long before it sleeps, to catch the next event without a wake-up.
+    pub(crate) fn note_activity(&self) {
+        if self.spin.is_zero() {
+            return;
+        }
+        self.last_activity.set(Instant::now());
+        if !self.spinning.get() {
+            self.kick.notify_one();
         }
     }
 
@@ -239,18 +233,6 @@ impl EngineIo {
         }
         self.progressed.notify_waiters();
         finished
-    }
-}
-
-/// An op waiting outside the engine; see [`EngineIo::busy_guard`].
-pub(crate) struct BusyGuard {
-    io: Rc<EngineIo>,
-}
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        self.io.busy_ops.set(self.io.busy_ops.get() - 1);
-        self.io.last_activity.set(Instant::now());
     }
 }
 

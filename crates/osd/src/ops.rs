@@ -266,12 +266,14 @@ impl Osd {
         let pg = request.pg();
         self.ops_in_flight.set(self.ops_in_flight.get() + 1);
         let _op = OpGuard { osd: self };
+        self.engine.note_activity();
         let result = if self.stopping.get() && opcode != Opcode::Ping {
             Err(OpError::Busy("the osd is shutting down".into()))
         } else {
             self.execute(request_epoch, request, connection, ticket).await
         };
         let epoch = pg.map_or(0, |pg| self.current_epoch(pg));
+        self.engine.note_activity();
         match result {
             Ok(response) => Frame::response(request_id, epoch, response),
             Err(error) => {
@@ -609,7 +611,6 @@ impl Osd {
                 Request::SecDelete { pg, object: wire_object, version },
             ),
         };
-        let _busy = self.engine.busy_guard();
         // Queued locally first; the sends go out while the local request waits for the next
         // engine poll, which comes once this task yields.
         let local = self.engine.submit(local);

@@ -1,0 +1,90 @@
+//! `basalt dev` end to end with unmodified third-party clients, in a private network namespace:
+//! the rig's interop checks (libnbd tools, qemu-img, qemu-io, nbdcopy), fio's verify run with a
+//! SIGKILL of the whole cluster and a restart between writing and verifying, and PostgreSQL's
+//! pgbench on ext4 on a volume (through nbdfuse and a loop device). Also: a second instance on
+//! the same directory is refused, and SIGTERM stops it within 5 seconds.
+//!
+//! The rig scripts live in `../shared/rig` next to the repository (`BASALT_RIG_DIR` overrides);
+//! their Debian packages are installed by `scripts/test.sh`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use testkit::{wait_until, Proc, Scratch};
+
+const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
+const NBD: &str = "127.0.0.1:10809";
+
+fn rig() -> PathBuf {
+    let dir = std::env::var_os("BASALT_RIG_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rig"));
+    assert!(dir.join("interop.sh").is_file(), "the rig scripts are not in {} (set BASALT_RIG_DIR)", dir.display());
+    dir
+}
+
+fn start_dev(dir: &Path, log_dir: &Path, name: &str) -> Proc {
+    let mut command = Command::new(BASALT);
+    command.args(["dev", "--data"]).arg(dir).args(["--volume", "it=256M", "--volume", "pg=1G"]);
+    let mut dev = Proc::spawn(name, log_dir, &mut command);
+    let log = log_dir.join(format!("{name}.log"));
+    wait_until(Duration::from_secs(60), "basalt dev to print ready", || {
+        dev.assert_running();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines().any(|line| line.contains("ready") && line.contains(&format!("nbd://{NBD}/"))).then_some(())
+    });
+    dev
+}
+
+fn rig_script(script: &str, uri: &str, env: &[(&str, &str)], log_dir: &Path) {
+    let path = rig().join(script);
+    let output = Command::new("bash").arg(&path).arg(uri).envs(env.iter().copied()).output().expect("run a rig script");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    std::fs::write(log_dir.join(format!("{script}.log")), &text).expect("keep the script's output");
+    assert!(output.status.success(), "{script} {uri} {env:?} failed ({}):\n{text}", output.status);
+}
+
+#[test]
+fn dev_cluster_passes_the_rig_and_survives_sigkill() {
+    std::thread::spawn(|| {
+        testkit::netns::enter_new();
+        let scratch = Scratch::new("dev-rig");
+        let data = scratch.join("cluster");
+        let logs = scratch.path();
+        let mut dev = start_dev(&data, logs, "dev-1");
+
+        // One instance per directory.
+        let second = Command::new(BASALT)
+            .args(["dev", "--data"])
+            .arg(&data)
+            .args(["--nbd", "127.0.0.1:10810", "--api", "127.0.0.1:8081", "--meta-listen", "127.0.0.1:2391"])
+            .output()
+            .expect("run a second basalt dev");
+        let stderr = String::from_utf8_lossy(&second.stderr);
+        assert!(!second.status.success(), "a second basalt dev on the same directory started");
+        assert!(stderr.contains("another basalt dev"), "unclear refusal: {stderr}");
+
+        let it = format!("nbd://{NBD}/it");
+        rig_script("interop.sh", &it, &[("INTEROP_MAX_SIZE", "1G")], logs);
+        let verify_env = [("VERIFY_SIZE", "128M"), ("VERIFY_SEED", "4242"), ("VERIFY_JOBS", "2")];
+        rig_script("fio-verify.sh", &it, &[verify_env.as_slice(), &[("VERIFY_PHASE", "write")]].concat(), logs);
+        // A power cut of the whole cluster: every acknowledged write must come back.
+        dev.kill();
+        let mut dev = start_dev(&data, logs, "dev-2");
+        rig_script("fio-verify.sh", &it, &[verify_env.as_slice(), &[("VERIFY_PHASE", "verify")]].concat(), logs);
+
+        rig_script(
+            "pgbench-on-nbd.sh",
+            &format!("nbd://{NBD}/pg"),
+            &[("PGBENCH_SCALE", "5"), ("PGBENCH_TIME", "5"), ("PGBENCH_CLIENTS", "4")],
+            logs,
+        );
+
+        let (status, took) = dev.stop(libc::SIGTERM, Duration::from_secs(10));
+        assert!(status.success(), "basalt dev exited with {status} on SIGTERM");
+        assert!(took < Duration::from_secs(5), "basalt dev took {took:?} to stop on SIGTERM");
+    })
+    .join()
+    .expect("dev test thread");
+}
