@@ -407,6 +407,11 @@ pub struct Engine<D: Disk> {
     stats: EngineStats,
 }
 
+fn exp_env(name: &str, default: usize) -> usize {
+    thread_local! { static CACHE: std::cell::RefCell<HashMap<String, usize>> = std::cell::RefCell::new(HashMap::new()); }
+    CACHE.with(|cache| *cache.borrow_mut().entry(name.to_string()).or_insert_with(|| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)))
+}
+
 fn invalid(reason: impl Into<String>) -> EngineError {
     EngineError::InvalidArgument { reason: reason.into() }
 }
@@ -1999,7 +2004,7 @@ impl<D: Disk> Engine<D> {
         let journal_size = self.geometry.journal_size_bytes;
         self.flush_requested
             || self.journal_full
-            || self.unflushed_bytes >= journal_size / 8
+            || self.unflushed_bytes >= journal_size / exp_env("EXP_FLUSH_START_DIV", 8) as u64
             || self.journal_used_bytes() >= journal_size / 2
     }
 
@@ -2306,7 +2311,7 @@ impl<D: Disk> Engine<D> {
     fn pump_copy(&mut self) {
         loop {
             let job = self.flush_job.as_mut().expect("job");
-            if job.phase != FlushPhase::Copy || job.ios_pending >= FLUSH_IO_DEPTH || self.poisoned.is_some() {
+            if job.phase != FlushPhase::Copy || job.ios_pending >= exp_env("EXP_FLUSH_DEPTH", FLUSH_IO_DEPTH) || self.poisoned.is_some() {
                 return;
             }
             if let Some((target, buffer)) = job.copy_writes.pop_front() {

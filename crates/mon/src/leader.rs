@@ -235,7 +235,8 @@ async fn publish_all(
 ) -> Result<(), PublishError> {
     let mut first_error = None;
     for &pool in map.pools.keys() {
-        match publish_pool(shared.store.as_ref(), leadership, map, pool, in_grace, reported).await {
+        let remap = shared.config.remap_on_osd_change;
+        match publish_pool(shared.store.as_ref(), leadership, map, pool, in_grace, remap, reported).await {
             Ok(()) => {}
             Err(PublishError::Deposed) => return Err(PublishError::Deposed),
             Err(error) => {
@@ -255,6 +256,7 @@ async fn publish_pool(
     map: &ClusterMap,
     pool_id: u32,
     in_grace: bool,
+    remap: bool,
     reported: &mut BTreeMap<u32, String>,
 ) -> Result<(), PublishError> {
     let pool_key = keys::pool(pool_id);
@@ -273,6 +275,10 @@ async fn publish_pool(
     // A table that does not decode is not replaced: starting over at epoch 1 would let
     // operations of older epochs through.
     let previous: Option<PgTableRecord> = table_kv.as_ref().map(|kv| decode(&table_key, &kv.value)).transpose()?;
+    // Without peering and recovery, an existing table must not move data (MonConfig::remap_on_osd_change).
+    if !remap && previous.as_ref().is_some_and(|table| table.pool == pool.id && table.pgs.len() == pool.pg_count as usize) {
+        return Ok(());
+    }
     let osds = osd_infos(map, previous.as_ref(), in_grace);
     let table = match next_table(&pool, &osds, previous.as_ref()) {
         TableChange::Unchanged => {

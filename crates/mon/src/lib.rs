@@ -56,6 +56,13 @@ pub struct MonConfig {
     pub lease_ttl: Duration,
     pub keep_alive_interval: Duration,
     pub liveness_grace: Duration,
+    /// Whether a pool's existing PGs follow OSD changes (an OSD lost or added moves PGs).
+    ///
+    /// Off by default until peering and recovery exist: a PG moved to an OSD without its data,
+    /// or moved back to an OSD that missed writes while it was away, would serve stale or
+    /// missing bytes. With it off, a PG keeps its members (writes to a PG with a member down
+    /// wait until it returns: unavailable, never inconsistent), and only new pools use new OSDs.
+    pub remap_on_osd_change: bool,
 }
 
 impl MonConfig {
@@ -67,6 +74,7 @@ impl MonConfig {
             lease_ttl: LEASE_TTL_DEFAULT,
             keep_alive_interval: KEEP_ALIVE_INTERVAL_DEFAULT,
             liveness_grace: LIVENESS_GRACE_DEFAULT,
+            remap_on_osd_change: false,
         }
     }
 }
@@ -107,6 +115,7 @@ pub(crate) struct ResolvedConfig {
     pub lease_ttl: Duration,
     pub keep_alive_interval: Duration,
     pub liveness_grace: Duration,
+    pub remap_on_osd_change: bool,
 }
 
 /// A running mon. Dropping it stops its tasks abruptly (as a crash would: the leader lease then
@@ -143,6 +152,7 @@ impl Mon {
                 lease_ttl: config.lease_ttl,
                 keep_alive_interval: config.keep_alive_interval,
                 liveness_grace: config.liveness_grace,
+                remap_on_osd_change: config.remap_on_osd_change,
             },
             progress: Default::default(),
             role,

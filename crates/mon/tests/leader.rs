@@ -139,3 +139,36 @@ async fn a_fresh_mon_keeps_members_without_liveness_keys_for_the_grace() {
     wait_for_table(store.as_ref(), 1, "the table without osd 3", |t| t.pgs.iter().all(|(_, m)| !m.contains(&3))).await;
     mon.shutdown().await;
 }
+
+/// The default until peering and recovery exist: a published table never moves data, so an OSD
+/// that was away can never serve bytes that changed without it, and a new OSD never serves a PG
+/// it holds no data of. New pools use every live OSD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_tables_keep_their_members_when_osds_come_and_go() {
+    let (store, _dir) = embedded_store().await;
+    live_osds(store.as_ref(), 1..=3).await;
+    let mut config = config("mon-a");
+    config.remap_on_osd_change = false;
+    let mon = start_mon(&store, config, None).await;
+    let (status, pool) =
+        http(mon.api_address(), "POST", "/pools", Some(json!({"name": "rbd", "replicas": 3, "pg_count": 16}))).await;
+    assert_eq!(status, 201, "{pool}");
+    let pool_id = pool["id"].as_u64().unwrap() as u32;
+    let first = wait_for_table(store.as_ref(), pool_id, "the first table", |_| true).await;
+
+    set_live(store.as_ref(), 3, false).await;
+    live_osds(store.as_ref(), [4]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(pg_table(store.as_ref(), pool_id).await.unwrap(), first, "a published table moved");
+    let (_, status) = http(mon.api_address(), "GET", "/status", None).await;
+    assert_eq!(status["pgs"]["degraded"], 16, "{status}");
+
+    // A new pool is placed on the OSDs live now.
+    let (status, second_pool) =
+        http(mon.api_address(), "POST", "/pools", Some(json!({"name": "new", "replicas": 3, "pg_count": 16}))).await;
+    assert_eq!(status, 201, "{second_pool}");
+    let second_id = second_pool["id"].as_u64().unwrap() as u32;
+    let table = wait_for_table(store.as_ref(), second_id, "the new pool's table", |_| true).await;
+    assert!(table.pgs.iter().all(|(_, members)| !members.contains(&3) && members.contains(&4)), "{table:?}");
+    mon.shutdown().await;
+}

@@ -195,8 +195,8 @@ impl<X: Exports> Server<X> {
         result
     }
 
-    /// Runs the option haggling. Returns what was agreed for the transmission phase and the opened export, or `None`
-    /// if the client left or aborted.
+    /// Runs the option haggling. Returns what was agreed for the transmission phase and the
+    /// opened export, or `None` if the client left or aborted.
     async fn handshake<R, W>(
         &self,
         reader: &mut R,
@@ -444,6 +444,17 @@ where
     }
 }
 
+/// Reply headers are encoded into one buffer and split off as they are queued; it is refilled in
+/// large steps so a reply header costs no allocation of its own.
+const HEADER_BUFFER_BYTES: usize = 64 << 10;
+
+/// Makes room in the header buffer for one reply header (an error message included).
+fn reserve_header(headers: &mut BytesMut) {
+    if headers.capacity() < 2 * crate::limits::STRING_SIZE_MAX_BYTES {
+        headers.reserve(HEADER_BUFFER_BYTES);
+    }
+}
+
 fn put_error(
     headers: &mut BytesMut,
     queue: &mut SendQueue,
@@ -452,6 +463,7 @@ fn put_error(
     errno: u32,
     message: &str,
 ) {
+    reserve_header(headers);
     if transmission.structured {
         put_error_chunk(headers, handle, errno, message);
     } else {
@@ -469,6 +481,7 @@ fn put_outcome(
     export_name: &str,
     peer: &str,
 ) {
+    reserve_header(headers);
     match outcome {
         Outcome::Done => put_simple_reply(headers, handle, 0),
         Outcome::Data { offset_bytes, data } => {

@@ -31,6 +31,8 @@ pub fn config(mon_id: &str) -> MonConfig {
     config.lease_ttl = Duration::from_secs(2);
     config.keep_alive_interval = Duration::from_millis(300);
     config.liveness_grace = Duration::ZERO;
+    // These tests check how tables follow OSD changes; the default keeps tables fixed.
+    config.remap_on_osd_change = true;
     config
 }
 
