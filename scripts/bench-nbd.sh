@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# NBD benchmark in one sitting: ../shared/rig/fio-suite.sh against `basalt dev`'s export
+# (replication 3, three OSDs on files in DIR), against qemu-nbd serving a file in the same
+# filesystem (no network hop, no replication), and raw-baseline.sh on that filesystem, ROUNDS
+# times each, alternating; then pgbench on a Basalt volume, on `nbdkit memory` through the same
+# nbdfuse + loop chain, and in a local directory. Prints medians and ratios.
+#
+# Usage: scripts/bench-nbd.sh [DIR]        (default /var/tmp; as root; needs the rig's tools)
+# Env:   ROUNDS=3  RUNTIME=10  SIZE=1G  PGBENCH=1 (0 skips pgbench)  PGBENCH_TIME=30
+#        PGBENCH_SCALE=20  SPIN_US=0  OUT=DIR (keeps the raw results)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+base=${1:-/var/tmp}
+dir=$base/basalt-nbd-bench
+rounds=${ROUNDS:-3}
+runtime=${RUNTIME:-10}
+size=${SIZE:-1G}
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+rig=$(cd ../shared/rig && pwd)
+cargo build --release -p basalt >&2
+basalt=$PWD/target/release/basalt
+nbd_basalt=127.0.0.1:20809
+nbd_qemu=127.0.0.1:20810
+nbd_memory=127.0.0.1:20811
+
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+rm -rf "$dir"
+mkdir -p "$dir"
+
+"$basalt" dev --data "$dir/cluster" --nbd "$nbd_basalt" --api 127.0.0.1:20080 --meta-listen 127.0.0.1:20390 \
+    --osd-size 6G --volume "bench=$size" --volume pg=4G --spin-us "${SPIN_US:-0}" >"$out/dev.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 300); do grep -q ready "$out/dev.log" && break; sleep 0.2; done
+grep -q ready "$out/dev.log" || { echo "bench-nbd: basalt dev did not start; see $out/dev.log" >&2; exit 1; }
+
+qemu_file=$dir/qemu-nbd.img
+fallocate -l "$size" "$qemu_file"
+dd if=/dev/zero of="$qemu_file" bs=1M count=$(( $(numfmt --from=iec "$size") >> 20 )) oflag=direct status=none
+qemu-nbd -f raw --cache=none --aio=native -t -e 16 -b 127.0.0.1 -p "${nbd_qemu##*:}" -x ref "$qemu_file" &
+pids+=($!)
+sleep 1
+
+workloads="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd1-fsync randwrite-4k-qd32"
+for round in $(seq 1 "$rounds"); do
+    echo "bench-nbd: round $round of $rounds" >&2
+    OUT_DIR="$out/basalt-$round" RUNTIME=$runtime SIZE=$size WORKLOADS="$workloads" \
+        bash "$rig/fio-suite.sh" "nbd://$nbd_basalt/bench" >"$out/basalt-$round.txt"
+    OUT_DIR="$out/qemu-$round" RUNTIME=$runtime SIZE=$size WORKLOADS="$workloads" \
+        bash "$rig/fio-suite.sh" "nbd://$nbd_qemu/ref" >"$out/qemu-$round.txt"
+    OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=$size WORKLOADS="$workloads" \
+        bash "$rig/raw-baseline.sh" "$base" >"$out/raw-$round.txt"
+done
+
+if [[ "${PGBENCH:-1}" == 1 ]]; then
+    nbdkit -f -i 127.0.0.1 -p "${nbd_memory##*:}" memory 4G &
+    pids+=($!)
+    sleep 1
+    export PGBENCH_TIME=${PGBENCH_TIME:-30} PGBENCH_SCALE=${PGBENCH_SCALE:-20}
+    for round in $(seq 1 "$rounds"); do
+        bash "$rig/pgbench-on-nbd.sh" "nbd://$nbd_basalt/pg" >"$out/pg-basalt-$round.txt" 2>&1
+        bash "$rig/pgbench-on-nbd.sh" "nbd://$nbd_memory/" >"$out/pg-memory-$round.txt" 2>&1
+        mkdir -p "$dir/pglocal" && chmod 777 "$dir/pglocal"
+        bash "$rig/pgbench-on-nbd.sh" --local "$dir/pglocal" >"$out/pg-local-$round.txt" 2>&1
+        rm -rf "$dir/pglocal"
+    done
+fi
+
+python3 - "$out" "$rounds" "${PGBENCH:-1}" <<'PY'
+import json, os, re, statistics, sys
+out, rounds, pg = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+med = statistics.median
+def fio(kind, r, name):
+    job = json.load(open(f"{out}/{kind}-{r}/{name}.json"))["jobs"][0]
+    d = job["write"] if job["write"]["io_bytes"] > 0 else job["read"]
+    return d["iops"], d["lat_ns"]["mean"] / 1000, d["lat_ns"]["percentile"].get("99.000000", 0) / 1000
+names = ["randread-4k-qd1", "randread-4k-qd32", "randwrite-4k-qd1", "randwrite-4k-qd1-fsync", "randwrite-4k-qd32"]
+print(f"{'workload':<24} {'basalt IOPS':>11} {'mean us':>8} {'p99 us':>8}   {'qemu-nbd IOPS':>13} {'mean us':>8}   {'raw IOPS':>9} {'mean us':>8}   basalt/qemu-nbd   basalt/raw")
+for name in names:
+    rows = {k: [fio(k, r, name) for r in range(1, rounds + 1)] for k in ("basalt", "qemu", "raw")}
+    m = {k: tuple(med([x[i] for x in v]) for i in range(3)) for k, v in rows.items()}
+    b, q, w = m["basalt"], m["qemu"], m["raw"]
+    if name.endswith("qd1") and name.startswith("randread"):
+        rq, rw = f"latency {b[1] / q[1]:.2f}x", f"latency {b[1] / w[1]:.2f}x"
+    else:
+        rq, rw = f"IOPS {b[0] / q[0]:.2f}x", f"IOPS {b[0] / w[0]:.2f}x"
+    print(f"{name:<24} {b[0]:>11.0f} {b[1]:>8.1f} {b[2]:>8.0f}   {q[0]:>13.0f} {q[1]:>8.1f}   {w[0]:>9.0f} {w[1]:>8.1f}   {rq:>15}   {rw:>10}")
+print(f"# medians of {rounds} rounds; fio's nbd engine (libnbd) for basalt and qemu-nbd, libaio O_DIRECT on a file for raw")
+if pg:
+    def tps(kind):
+        values = []
+        for r in range(1, rounds + 1):
+            text = open(f"{out}/pg-{kind}-{r}.txt").read()
+            found = re.search(r"RESULT .*tps=([0-9.]+)", text)
+            if not found:
+                raise SystemExit(f"pgbench {kind} round {r} failed; see {out}/pg-{kind}-{r}.txt")
+            values.append(float(found.group(1)))
+        return med(values)
+    b, m, l = tps("basalt"), tps("memory"), tps("local")
+    print(f"pgbench TPS: basalt {b:.0f}, nbdkit memory {m:.0f} (basalt {b / m:.2f}x), local directory {l:.0f} (basalt {b / l:.2f}x)")
+PY
+echo "bench-nbd: raw results in $out" >&2
