@@ -82,6 +82,8 @@ pub struct EngineStats {
     pub records_in_flight_peak: u64,
     /// Records whose write completed while an earlier record's had not (they wait for it).
     pub records_completed_out_of_order: u64,
+    /// Times writes waited because the journal had no room for another record.
+    pub journal_full_waits: u64,
     /// Flusher jobs finished, journaled pages they copied into data blocks, and the writes
     /// that took (adjacent pages share a write).
     pub flusher_jobs: u64,
@@ -1573,6 +1575,9 @@ impl<D: Disk> Engine<D> {
         }
         // Backpressure: with no room for even one entry, writers wait for the flusher to trim.
         self.journal_full = entries.is_empty() && !self.pending.is_empty();
+        if self.journal_full {
+            self.stats.journal_full_waits += 1;
+        }
         if entries.is_empty() {
             return false;
         }

@@ -51,7 +51,7 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 fn qd1_latency_and_wakeups() {
     let spin_us = env_u64("BASALT_OSD_SPIN_US", 0);
     let ops = env_u64("BASALT_QD1_OPS", 3000) as usize;
-    let cluster = Cluster::start_with(|config| config.spin = Duration::from_micros(spin_us));
+    let cluster = Cluster::start();
     let address = cluster.address(1);
     let replica_address = cluster.address(2);
     // Objects whose primary is osd.1.

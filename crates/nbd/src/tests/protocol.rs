@@ -495,8 +495,10 @@ async fn shutdown_finishes_requests_in_flight_then_closes() {
     let mut handshaking = RawClient::connect(address, FIXED_NO_ZEROES).await;
     let mut client = RawClient::connect(address, FIXED_NO_ZEROES).await;
     export_info(&client.go("slow", &[]).await);
+    // A slow read, then a fast one: once the fast one is answered, the slow one is in flight.
     client.send_request(CMD_READ, 0, 1, 1 << 20, Payload::Length(4096)).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    client.send_request(CMD_READ, 0, 2, 0, Payload::Length(4096)).await;
+    assert_eq!(client.read_reply(|_| 4096).await.handle, 2);
     server.shutdown();
     let reply = client.read_reply(|_| 4096).await;
     assert_eq!((reply.handle, reply.errno), (1, 0));
@@ -504,9 +506,12 @@ async fn shutdown_finishes_requests_in_flight_then_closes() {
     // A connection still in the handshake gets NBD_REP_ERR_SHUTDOWN.
     handshaking.send_option(OPT_LIST, &[]).await;
     assert_eq!(handshaking.read_option_reply().await.reply_type, REP_ERR_SHUTDOWN);
-    // No new connections.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(tokio::net::TcpStream::connect(address).await.is_err());
+    // The listener closes: no new connections.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(address).await.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "still accepting connections after shutdown");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// A client that sends its requests and closes its sending side still gets every reply, even
