@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cluster::layout::VERSION_COUNTER_BITS;
 use cluster::{mint_version, object_pg, ClusterMap};
 use engine::{AlignedBuffer, EngineError, ObjectId, Reply, Request as EngineRequest, PAGE_SIZE_BYTES};
 use tokio::sync::{watch, Notify};
@@ -342,6 +343,7 @@ impl Osd {
             Request::SecWrite { pg, object, version, offset_bytes, data } => {
                 let view = self.secondary_pg(pg, epoch).await?;
                 let object = self.check_object(&view, object)?;
+                check_version(version, epoch)?;
                 self.check_range(offset_bytes, data.len() as u64)?;
                 self.fence()?;
                 let request = EngineRequest::WriteVersioned {
@@ -356,6 +358,7 @@ impl Osd {
             Request::SecDelete { pg, object, version } => {
                 let view = self.secondary_pg(pg, epoch).await?;
                 let object = self.check_object(&view, object)?;
+                check_version(version, epoch)?;
                 self.fence()?;
                 self.apply_versioned(object, version, EngineRequest::DeleteVersioned { object, version }).await?;
                 Ok(Response::SecDelete)
@@ -639,6 +642,17 @@ fn replica_outcome(osd: u32, epoch: u64, result: Result<net::Reply, String>) -> 
         Response::Failed { status, .. } => Err(OpError::Busy(format!("replica osd.{osd} answered {status}"))),
         other => Err(OpError::Busy(format!("replica osd.{osd} answered with an unexpected {}", other.opcode()))),
     }
+}
+
+/// A primary of epoch `epoch` mints versions below `(epoch + 1) << 40` (`cluster::mint_version`);
+/// a higher one is a bug or hostile, and storing it would let a later mint overflow.
+fn check_version(version: u64, epoch: u64) -> Result<(), OpError> {
+    if version == 0 || version >> VERSION_COUNTER_BITS > epoch {
+        return Err(OpError::InvalidArgument(format!(
+            "version {version:#x} cannot come from a primary of epoch {epoch}"
+        )));
+    }
+    Ok(())
 }
 
 fn wire_object(object: ObjectId) -> wire::ObjectId {

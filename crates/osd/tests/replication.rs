@@ -133,8 +133,11 @@ fn wrong_role_epoch_or_arguments_are_refused() {
     let stale = Request::SecWrite { pg, object, version: 5, offset_bytes: 0, data: pattern(3, 4096) };
     let reply = cluster.call(&replica_connection, 0, stale.clone());
     assert_eq!((status(&reply), reply.epoch), (Status::WrongEpoch, 1));
+    // A version no primary of this epoch could mint is refused.
+    let too_new = Request::SecWrite { pg, object, version: 7 << 40, offset_bytes: 0, data: pattern(3, 4096) };
+    assert_eq!(status(&cluster.call(&replica_connection, 1, too_new)), Status::InvalidArgument);
     let info = |osd| object_info(&cluster, osd, pg, object);
-    assert_eq!(info(replica), info(2), "the stale replica op changed nothing");
+    assert_eq!(info(replica), info(2), "the refused replica ops changed nothing");
 
     // The PG moves to epoch 2: ops of epoch 1 are refused with the new epoch, and a replica
     // op of epoch 1 too.
