@@ -26,7 +26,7 @@ fn rig() -> PathBuf {
 
 fn start_dev(dir: &Path, log_dir: &Path, name: &str) -> Proc {
     let mut command = Command::new(BASALT);
-    command.args(["dev", "--data"]).arg(dir).args(["--volume", "it=256M", "--volume", "pg=1G"]);
+    command.args(["dev", "--data"]).arg(dir).args(["--volume", "it=256M", "--volume", "pg=1G", "--volume", "map=64M"]);
     let mut dev = Proc::spawn(name, log_dir, &mut command);
     let log = log_dir.join(format!("{name}.log"));
     wait_until(Duration::from_secs(60), "basalt dev to print ready", || {
@@ -64,6 +64,24 @@ fn dev_cluster_passes_the_rig_and_survives_sigkill() {
         let stderr = String::from_utf8_lossy(&second.stderr);
         assert!(!second.status.success(), "a second basalt dev on the same directory started");
         assert!(stderr.contains("another basalt dev"), "unclear refusal: {stderr}");
+
+        // Block status: never-written objects are holes, a written one is data.
+        let map_uri = format!("nbd://{NBD}/map");
+        let written = Command::new("qemu-io")
+            .args(["-f", "raw", "-c", "write -P 0x55 1M 4k"])
+            .arg(&map_uri)
+            .output()
+            .expect("run qemu-io");
+        assert!(written.status.success(), "qemu-io write failed: {}", String::from_utf8_lossy(&written.stderr));
+        let map = Command::new("nbdinfo").args(["--map", &map_uri]).output().expect("run nbdinfo --map");
+        let map = String::from_utf8_lossy(&map.stdout).into_owned();
+        let extents: Vec<Vec<&str>> = map.lines().map(|line| line.split_whitespace().collect()).collect();
+        let expected = [
+            ["0", "1048576", "3", "hole,zero"],
+            ["1048576", "131072", "0", "data"],
+            ["1179648", "65929216", "3", "hole,zero"],
+        ];
+        assert_eq!(extents, expected.iter().map(|row| row.to_vec()).collect::<Vec<_>>(), "block status:\n{map}");
 
         let it = format!("nbd://{NBD}/it");
         rig_script("interop.sh", &it, &[("INTEROP_MAX_SIZE", "1G")], logs);

@@ -10,6 +10,7 @@ pub enum Operation {
     Write,
     WriteZeroes,
     Trim,
+    Allocation,
 }
 
 impl std::fmt::Display for Operation {
@@ -19,6 +20,7 @@ impl std::fmt::Display for Operation {
             Operation::Write => "write",
             Operation::WriteZeroes => "write_zeroes",
             Operation::Trim => "trim",
+            Operation::Allocation => "allocation",
         })
     }
 }

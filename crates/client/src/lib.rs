@@ -43,6 +43,8 @@ pub const BLOCK_SIZE_BYTES: u64 = 4096;
 
 /// Pieces of one call in flight at once; a longer call (a large trim) proceeds as they finish.
 pub const PIECES_IN_FLIGHT_MAX: usize = 64;
+/// Objects one `Volume::allocation` call asks about (a block-status query may get a prefix).
+pub const ALLOCATION_OBJECTS_MAX: usize = 1024;
 
 /// Tuning of a [`Client`].
 #[derive(Debug, Clone)]

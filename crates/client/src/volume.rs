@@ -35,7 +35,7 @@ use wire::{Request, Response, Status};
 use crate::client::Client;
 use crate::route::{pieces, route, Piece};
 use crate::tracker::WriteTracker;
-use crate::{ClientError, Operation, BLOCK_SIZE_BYTES, PIECES_IN_FLIGHT_MAX};
+use crate::{ClientError, Operation, ALLOCATION_OBJECTS_MAX, BLOCK_SIZE_BYTES, PIECES_IN_FLIGHT_MAX};
 
 /// A handle to one open volume. Clones share it; any number of calls may run at once.
 #[derive(Clone)]
@@ -142,6 +142,53 @@ impl Volume {
     /// Discards the range; it reads as zeros afterwards (the same requests as `write_zeroes`).
     pub async fn trim(&self, offset_bytes: u64, length_bytes: u64) -> Result<(), ClientError> {
         self.mutate(Operation::Trim, offset_bytes, length_bytes, |piece| self.zero_request(piece)).await
+    }
+
+    /// Which parts of the range hold data, at object granularity: runs of `(length_bytes,
+    /// allocated)` in order, covering the range from `offset_bytes` on. An object that exists
+    /// counts as allocated whole; one that was never written (or was trimmed whole) is a hole
+    /// and reads as zeros. At most [`ALLOCATION_OBJECTS_MAX`] objects are asked about, so the
+    /// runs may cover only a prefix of a long range.
+    pub async fn allocation(&self, offset_bytes: u64, length_bytes: u64) -> Result<Vec<(u64, bool)>, ClientError> {
+        let (map, pg_count) = self.check(Operation::Allocation, offset_bytes, length_bytes)?;
+        let started = Instant::now();
+        let asked: Vec<Piece> =
+            pieces(self.inner.id, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length_bytes)
+                .take(ALLOCATION_OBJECTS_MAX)
+                .collect();
+        let answers: Vec<Result<bool, ClientError>> = stream::iter(asked.iter().copied())
+            .map(|piece| {
+                let map = map.clone();
+                async move { self.object_exists(map, piece, started).await }
+            })
+            .buffered(PIECES_IN_FLIGHT_MAX)
+            .collect()
+            .await;
+        let mut runs: Vec<(u64, bool)> = Vec::new();
+        for (piece, answer) in asked.iter().zip(answers) {
+            let allocated = answer?;
+            match runs.last_mut() {
+                Some((length, last)) if *last == allocated => *length += u64::from(piece.length_bytes),
+                _ => runs.push((u64::from(piece.length_bytes), allocated)),
+            }
+        }
+        Ok(runs)
+    }
+
+    async fn object_exists(&self, map: Arc<ClusterMap>, piece: Piece, started: Instant) -> Result<bool, ClientError> {
+        let object = wire::ObjectId { inode: self.inner.id, stripe: piece.stripe };
+        let request = Request::Stat { pg: piece.pg, object };
+        match self.run_piece(map, Operation::Allocation, &piece, &request, started).await {
+            Ok((Response::Stat { .. }, _)) => Ok(true),
+            Ok((other, osd)) => Err(self.bad_reply(
+                Operation::Allocation,
+                &piece,
+                osd,
+                format!("a {} reply to a Stat", other.opcode()),
+            )),
+            Err(ClientError::Refused { status: Status::NoSuchObject, .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     /// Waits until every write, write_zeroes and trim issued on this volume handle (or its

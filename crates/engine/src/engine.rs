@@ -35,7 +35,8 @@ const RECORD_SIZE_MAX_BYTES: u64 = 4 << 20;
 const FLUSH_JOB_RECORDS_MAX: usize = 4096;
 /// Flusher disk requests in flight at once: enough to keep the drive busy, few enough that a
 /// client's journal write does not queue behind hundreds of background copies.
-const FLUSH_IO_DEPTH: usize = 16;
+const FLUSH_IO_DEPTH_MIN: usize = 8;
+const FLUSH_IO_DEPTH_MAX: usize = 64;
 /// Journal pages the flusher copies are read in ranges: pages at most this far apart share a
 /// read (record headers and pages of superseded writes lie between them).
 const FLUSH_READ_GAP_MAX_BYTES: u64 = 128 * 1024;
@@ -1000,6 +1001,15 @@ impl<D: Disk> Engine<D> {
     /// could still read. A caller minting versions (a PG primary) must go above it.
     pub fn object_version(&self, object: ObjectId) -> Option<u64> {
         self.known_version(object)
+    }
+
+    /// Whether `object` exists now (written and not deleted since), as reads see it. Cheap:
+    /// RAM only.
+    pub fn object_exists(&self, object: ObjectId) -> bool {
+        match self.dirty.get(&object).and_then(|dirty| dirty.entries.last()) {
+            Some(entry) => !matches!(entry.kind, DirtyKind::Delete),
+            None => self.index.get(object).is_some(),
+        }
     }
 
     fn known_version(&self, object: ObjectId) -> Option<u64> {
@@ -2312,11 +2322,23 @@ impl<D: Disk> Engine<D> {
         self.pump_copy();
     }
 
-    /// Keeps up to `FLUSH_IO_DEPTH` copy requests in flight, writes before further reads.
+    /// Copy requests the flusher keeps in flight: few while the journal has room, so client
+    /// journal writes do not queue behind background copies, more as it fills, so the flusher
+    /// keeps up before writers have to wait for space.
+    fn flush_io_depth(&self) -> usize {
+        let (min, max) = (exp_env("EXP_FLUSH_DEPTH_MIN", FLUSH_IO_DEPTH_MIN), exp_env("EXP_FLUSH_DEPTH_MAX", FLUSH_IO_DEPTH_MAX));
+        let journal_size = self.geometry.journal_size_bytes;
+        let used = self.journal_used_bytes().saturating_sub(journal_size / 4);
+        let span = journal_size / 2;
+        min + ((max - min) as u64 * used.min(span) / span) as usize
+    }
+
+    /// Keeps up to `flush_io_depth` copy requests in flight, writes before further reads.
     fn pump_copy(&mut self) {
         loop {
+            let depth = self.flush_io_depth();
             let job = self.flush_job.as_mut().expect("job");
-            if job.phase != FlushPhase::Copy || job.ios_pending >= exp_env("EXP_FLUSH_DEPTH", FLUSH_IO_DEPTH) || self.poisoned.is_some() {
+            if job.phase != FlushPhase::Copy || job.ios_pending >= depth || self.poisoned.is_some() {
                 return;
             }
             if let Some((target, buffer)) = job.copy_writes.pop_front() {

@@ -88,8 +88,11 @@ impl Export for VolumeExport {
         self.volume.flush().await.map_err(export_error)
     }
 
-    async fn block_status(&self, _offset_bytes: u64, length_bytes: u64) -> Result<Vec<Extent>, ExportError> {
-        Ok(vec![Extent { length_bytes, hole: false }])
+    /// Objects that do not exist are holes (they read as zeros); the answer may cover only a
+    /// prefix of a long range (the client library asks about a bounded number of objects).
+    async fn block_status(&self, offset_bytes: u64, length_bytes: u64) -> Result<Vec<Extent>, ExportError> {
+        let runs = self.volume.allocation(offset_bytes, length_bytes).await.map_err(export_error)?;
+        Ok(runs.into_iter().map(|(length_bytes, allocated)| Extent { length_bytes, hole: !allocated }).collect())
     }
 }
 

@@ -307,6 +307,18 @@ impl Osd {
                 let data = self.read(object, offset, length_bytes).await?.1;
                 Ok(Response::Read { data })
             }
+            Request::Stat { pg, object } => {
+                let view = self.primary_pg(pg, epoch).await?;
+                let object = self.check_object(&view, object)?;
+                self.fence()?;
+                let _object = self.locks.read(object).await;
+                self.recheck_primary(pg, epoch)?;
+                if !self.object_exists(object) {
+                    return Err(OpError::NoSuchObject);
+                }
+                let version = self.engine.with(|engine| engine.object_version(object)).unwrap_or(0);
+                Ok(Response::Stat { version })
+            }
             Request::Write { pg, inode, offset_bytes, data } => {
                 let view = self.primary_pg(pg, epoch).await?;
                 let (object, offset) = self.locate(&view, inode, offset_bytes, data.len() as u64)?;
@@ -546,11 +558,7 @@ impl Osd {
     }
 
     fn object_exists(&self, object: ObjectId) -> bool {
-        self.engine.with(|engine| {
-            // The version alone cannot tell a deleted object from a live one; the listing can.
-            engine.object_version(object).is_some()
-                && engine.list_objects().binary_search_by_key(&object, |(listed, _)| *listed).is_ok()
-        })
+        self.engine.with(|engine| engine.object_exists(object))
     }
 
     async fn read(&self, object: ObjectId, offset_bytes: u32, length_bytes: u32) -> Result<(u64, Bytes), OpError> {

@@ -24,6 +24,8 @@ pub enum Opcode {
     Trim = 4,
     /// Primary: a barrier; completes once every write sent before it on this connection has completed.
     Flush = 5,
+    /// Primary: whether one object exists, and its version (block status of a volume range).
+    Stat = 6,
     /// Secondary: read a range of one object.
     SecRead = 16,
     /// Secondary: write a range of one object at a version chosen by the primary.
@@ -40,12 +42,13 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 11] = [
+    pub const ALL: [Opcode; 12] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
         Opcode::Trim,
         Opcode::Flush,
+        Opcode::Stat,
         Opcode::SecRead,
         Opcode::SecWrite,
         Opcode::SecDelete,
@@ -88,7 +91,7 @@ pub enum Status {
     /// The request's PG epoch differs from the responder's; the reply header carries the responder's epoch.
     /// The side with the older epoch refreshes its PG table; a client then retries.
     WrongEpoch = 2,
-    /// The object does not exist (SecRead, SecDelete, ObjectInfo).
+    /// The object does not exist (Stat, SecRead, SecDelete, ObjectInfo).
     NoSuchObject = 3,
     /// A field is structurally valid but semantically wrong (misaligned offset, zero length, bad pool).
     InvalidArgument = 4,

@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn unknown_opcode() {
-        for opcode in [0u16, 6, 15, 34, u16::MAX] {
+        for opcode in [0u16, 7, 15, 34, u16::MAX] {
             let mut bytes = sample(Opcode::Ping, false);
             set(&mut bytes, field_offset::OPCODE, &opcode.to_le_bytes());
             reseal(&mut bytes);
@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn reply_body_too_short() {
-        for (opcode, size_min_bytes) in [(Opcode::SecRead, 8u64), (Opcode::ObjectInfo, 12), (Opcode::SecList, 4)] {
+        for (opcode, size_min_bytes) in [(Opcode::SecRead, 8u64), (Opcode::ObjectInfo, 12), (Opcode::SecList, 4), (Opcode::Stat, 8)] {
             let mut bytes = sample(opcode, true);
             bytes.truncate(HEADER_SIZE_BYTES + size_min_bytes as usize - 1);
             reseal(&mut bytes);

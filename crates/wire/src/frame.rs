@@ -101,6 +101,11 @@ pub enum Request {
         object: ObjectId,
     },
     Ping,
+    /// Whether `object` exists at the PG's primary (`Ok` with its version, or `NoSuchObject`).
+    Stat {
+        pg: PgId,
+        object: ObjectId,
+    },
 }
 
 /// A reply. `Failed` answers any opcode with a status other than `Ok`; every other variant is
@@ -129,6 +134,9 @@ pub enum Response {
         data_crc32c: u32,
     },
     Ping,
+    Stat {
+        version: u64,
+    },
     /// `status` is never `Status::Ok`. The body is empty; for `WrongEpoch` the frame's epoch is the responder's.
     Failed {
         opcode: Opcode,
@@ -168,6 +176,7 @@ impl Request {
             Request::SecList { .. } => Opcode::SecList,
             Request::ObjectInfo { .. } => Opcode::ObjectInfo,
             Request::Ping => Opcode::Ping,
+            Request::Stat { .. } => Opcode::Stat,
         }
     }
 
@@ -182,7 +191,8 @@ impl Request {
             | Request::SecWrite { pg, .. }
             | Request::SecDelete { pg, .. }
             | Request::SecList { pg, .. }
-            | Request::ObjectInfo { pg, .. } => Some(pg),
+            | Request::ObjectInfo { pg, .. }
+            | Request::Stat { pg, .. } => Some(pg),
             Request::Flush | Request::Ping => None,
         }
     }
@@ -202,6 +212,7 @@ impl Response {
             Response::SecList { .. } => Opcode::SecList,
             Response::ObjectInfo { .. } => Opcode::ObjectInfo,
             Response::Ping => Opcode::Ping,
+            Response::Stat { .. } => Opcode::Stat,
             Response::Failed { opcode, .. } => *opcode,
         }
     }
@@ -335,7 +346,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
         Opcode::SecWrite => PG + OBJECT + 8 + 4,
         Opcode::SecDelete => PG + OBJECT + 8,
         Opcode::SecList => PG + OBJECT + 4,
-        Opcode::ObjectInfo => PG + OBJECT,
+        Opcode::ObjectInfo | Opcode::Stat => PG + OBJECT,
     }
 }
 
@@ -344,6 +355,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
     match response {
         Response::SecRead { .. } => 8,
         Response::ObjectInfo { .. } => 8 + 4,
+        Response::Stat { .. } => 8,
         Response::SecList { .. } => 4,
         _ => 0,
     }
@@ -403,7 +415,7 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
             put_object(out, *start);
             put_u32(out, *count_max);
         }
-        Request::ObjectInfo { pg, object } => {
+        Request::ObjectInfo { pg, object } | Request::Stat { pg, object } => {
             put_pg(out, *pg);
             put_object(out, *object);
         }
@@ -436,6 +448,7 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
             put_u64(out, *version);
             put_u32(out, *data_crc32c);
         }
+        Response::Stat { version } => put_u64(out, *version),
         Response::Failed { status, .. } => assert_ne!(*status, Status::Ok),
     }
 }
@@ -481,6 +494,7 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         Opcode::SecList => Request::SecList { pg: reader.pg()?, start: reader.object()?, count_max: reader.u32()? },
         Opcode::ObjectInfo => Request::ObjectInfo { pg: reader.pg()?, object: reader.object()? },
         Opcode::Ping => Request::Ping,
+        Opcode::Stat => Request::Stat { pg: reader.pg()?, object: reader.object()? },
     })
 }
 
@@ -513,6 +527,10 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
             Response::ObjectInfo { version: reader.u64()?, data_crc32c: reader.u32()? }
         }
         Opcode::Ping => Response::Ping,
+        Opcode::Stat => {
+            reader.require(8)?;
+            Response::Stat { version: reader.u64()? }
+        }
     })
 }
 

@@ -24,6 +24,7 @@ pub(crate) fn sample_requests() -> Vec<Request> {
         Request::SecList { pg, start: object, count_max: 1000 },
         Request::ObjectInfo { pg, object },
         Request::Ping,
+        Request::Stat { pg, object },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| requests.iter().any(|request| request.opcode() == *opcode)));
     requests
@@ -45,6 +46,7 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::SecList { entries },
         Response::ObjectInfo { version: 78, data_crc32c: 0xdead_beef },
         Response::Ping,
+        Response::Stat { version: 79 },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| responses.iter().any(|response| response.opcode() == *opcode)));
     for (index, status) in Status::ALL.into_iter().filter(|status| !status.is_ok()).enumerate() {

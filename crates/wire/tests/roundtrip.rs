@@ -52,6 +52,7 @@ fn request() -> impl Strategy<Value = Request> {
         (pg(), object(), any::<u64>()).prop_map(|(pg, object, version)| Request::SecDelete { pg, object, version }),
         (pg(), object(), any::<u32>()).prop_map(|(pg, start, count_max)| Request::SecList { pg, start, count_max }),
         (pg(), object()).prop_map(|(pg, object)| Request::ObjectInfo { pg, object }),
+        (pg(), object()).prop_map(|(pg, object)| Request::Stat { pg, object }),
         Just(Request::Ping),
     ]
 }
@@ -78,6 +79,7 @@ fn response() -> impl Strategy<Value = Response> {
             entries: entries.into_iter().map(|(object, version)| ListEntry { object, version }).collect()
         }),
         (any::<u64>(), any::<u32>()).prop_map(|(version, data_crc32c)| Response::ObjectInfo { version, data_crc32c }),
+        any::<u64>().prop_map(|version| Response::Stat { version }),
         Just(Response::Ping),
         (opcode(), error_status()).prop_map(|(opcode, status)| Response::Failed { opcode, status }),
     ]
