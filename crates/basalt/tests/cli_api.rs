@@ -213,12 +213,14 @@ fn every_admin_command_against_a_real_mon() {
     assert_eq!(json(api, &["volume", "info", "db"])["size_bytes"], 2u64 << 30);
 
     fails(api, &["pool", "rm", "rbd"], "pool \"rbd\" still holds 1 volume (db); delete them first");
-    let removed = ok(api, &["volume", "rm", "db"]);
+    let removed = ok(api, &["volume", "rm", "db", "--no-wait"]);
     assert!(removed.contains("volume db is being deleted"), "{removed}");
-    eventually("the volume to go", || !basalt(api, &["volume", "info", "db"]).status.success());
-    assert!(ok(api, &["pool", "rm", "rbd"]).contains("deleted pool rbd"));
-    fails(api, &["pool", "rm", "rbd"], "pool \"rbd\" does not exist");
-    assert_eq!(json(api, &["pool", "ls"])["pools"], Value::Array(Vec::new()));
+    // The OSD records here have no OSD process behind them, so the objects cannot be removed:
+    // the volume stays `deleting` (its removal with real OSDs is in tests/cluster.rs) and keeps
+    // its pool.
+    let info = ok(api, &["volume", "info", "db"]);
+    assert!(info.contains("state        deleting"), "{info}");
+    fails(api, &["pool", "rm", "rbd"], "pool \"rbd\" still holds 1 volume (db); delete them first");
 
     let status = ok(api, &["status"]);
     assert!(status.contains("leader    mon-test ("), "{status}");
@@ -245,5 +247,6 @@ fn every_admin_command_against_a_real_mon() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(exit.success(), "basalt mon exited with {exit}:\n{}", mon.log());
-    assert!(mon.log().contains("objects are left for a later scrub"), "{}", mon.log());
+    // Removal of the objects was tried through the data path, not skipped.
+    assert!(!mon.log().contains("objects are left for a later scrub"), "{}", mon.log());
 }

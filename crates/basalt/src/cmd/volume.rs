@@ -39,11 +39,17 @@ pub enum Command {
         #[arg(long = "size", value_name = "SIZE", value_parser = parse_bytes)]
         size_bytes: u64,
     },
-    /// Delete a volume; its data is removed in the background.
-    Rm { name: String },
+    /// Delete a volume: its data is removed in the background, with progress shown until it is
+    /// gone (unless --no-wait).
+    Rm {
+        name: String,
+        /// Return once the deletion has started.
+        #[arg(long)]
+        no_wait: bool,
+    },
 }
 
-pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
+pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     let client = args.api.client();
     let json = args.api.json;
     let answer = match &args.command {
@@ -59,7 +65,7 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
         Command::Resize { name, size_bytes } => {
             client.patch(&format!("/volumes/{}", segment(name)), &json!({"size_bytes": size_bytes}))?
         }
-        Command::Rm { name } => client.delete(&format!("/volumes/{}", segment(name)))?,
+        Command::Rm { name, .. } => client.delete(&format!("/volumes/{}", segment(name)))?,
     };
     if json {
         print_json(&answer);
@@ -110,9 +116,36 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
             let volume: VolumeView = decode(answer)?;
             println!("volume {} is now {} ({} bytes)", volume.name, format_bytes(volume.size_bytes), volume.size_bytes);
         }
-        Command::Rm { name } => {
+        Command::Rm { name, no_wait: true } => {
             println!("volume {name} is being deleted; its data is removed in the background");
+        }
+        Command::Rm { name, no_wait: false } => {
+            wait_for_removal(&client, &name, global)?;
+            println!("volume {name} deleted");
         }
     }
     Ok(())
+}
+
+/// Polls the volume list until `name` is gone, printing the mon's removal progress on stderr.
+fn wait_for_removal(client: &crate::api_client::ApiClient, name: &str, global: Global) -> anyhow::Result<()> {
+    let mut last = None;
+    loop {
+        let list: VolumeList = decode(client.get("/volumes")?)?;
+        let Some(volume) = list.volumes.into_iter().find(|volume| volume.name == name) else {
+            return Ok(());
+        };
+        if let Some(deletion) = volume.deletion {
+            let shown = (deletion.objects_done, deletion.objects_total);
+            if last != Some(shown) && deletion.objects_total > 0 {
+                let percent = deletion.objects_done * 100 / deletion.objects_total;
+                global.say(format_args!(
+                    "deleting {name}: {} of {} objects ({percent}%)",
+                    deletion.objects_done, deletion.objects_total
+                ));
+                last = Some(shown);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
 }
