@@ -67,7 +67,8 @@ pub struct Ready {
 }
 
 /// Runs an OSD on the calling thread until `stop` resolves. `ready` is called once the OSD is
-/// registered and serving.
+/// registered and serving. `stop` is first polled inside the OSD's runtime before anything
+/// else, so it can set up signal handlers there.
 pub fn run(config: OsdConfig, ready: impl FnOnce(&Ready), stop: impl Future<Output = Stop>) -> Result<(), OsdError> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OsdError::Runtime)?;
     let local = tokio::task::LocalSet::new();
@@ -153,6 +154,10 @@ async fn daemon(
     if config.lease_ttl.as_secs() == 0 {
         return Err(OsdError::Config { reason: "the lease TTL must be at least one second".into() });
     }
+    // Polled once now, so what it sets up (signal handlers) is in place before the OSD reports
+    // ready: a SIGTERM right after that must stop it cleanly, not kill it.
+    let mut stop = std::pin::pin!(stop);
+    let stopped_early = futures_util::FutureExt::now_or_never(stop.as_mut());
     let path = config.data_path.clone();
     let mut disk = UringDisk::open(&path, UringOptions { queue_depth: config.queue_depth, spin_before_wait_us: 0 })?;
     let superblock = match Engine::probe(&mut disk) {
@@ -226,7 +231,10 @@ async fn daemon(
     tracing::info!(osd = id, %address, incarnation, data = %config.data_path.display(), "osd serving");
     ready(&Ready { osd: id, address: address.clone(), incarnation });
 
-    let how = stop.await;
+    let how = match stopped_early {
+        Some(how) => how,
+        None => stop.await,
+    };
     if how == Stop::Abort {
         tracing::info!(osd = id, "osd stopping at once");
         return Ok(());
