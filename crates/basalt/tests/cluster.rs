@@ -48,7 +48,8 @@ impl Cluster {
         for index in 0..OSD_COUNT {
             cli(&["osd", "init", "--data", path_str(&dir.join(format!("osd{index}.img"))), "--size", "256M"]);
         }
-        let mut cluster = Cluster { store, dir, meta_url, etcd: None, mon: None, osds: (0..OSD_COUNT).map(|_| None).collect() };
+        let mut cluster =
+            Cluster { store, dir, meta_url, etcd: None, mon: None, osds: (0..OSD_COUNT).map(|_| None).collect() };
         cluster.start_processes();
         cluster
     }
@@ -75,9 +76,12 @@ impl Cluster {
             let listen = format!("127.0.0.{}:6800", index + 2);
             let data = dir.join(format!("osd{index}.img"));
             let mut command = Command::new(BASALT);
-            command
-                .args(["osd", "--etcd", &self.meta_url, "--data", path_str(&data), "--listen", &listen])
-                .args(["--host", &format!("host{index}"), "--lease-ttl", "3"]);
+            command.args(["osd", "--etcd", &self.meta_url, "--data", path_str(&data), "--listen", &listen]).args([
+                "--host",
+                &format!("host{index}"),
+                "--lease-ttl",
+                "3",
+            ]);
             self.osds[index] = Some(Proc::spawn(&format!("osd{index}"), &dir, &mut command));
         }
         wait_until(Duration::from_secs(60), "three OSDs up", || {
@@ -222,10 +226,7 @@ async fn check_replicas(meta_url: &str, volume: &client::Volume, model: &[u8], s
             }
         }
         let (_, version, crc) = seen[0];
-        assert!(
-            seen.iter().all(|&(_, v, c)| v == version && c == crc),
-            "stripe {stripe}: replicas differ: {seen:?}"
-        );
+        assert!(seen.iter().all(|&(_, v, c)| v == version && c == crc), "stripe {stripe}: replicas differ: {seen:?}");
         assert_eq!(crc, expected_crc, "stripe {stripe}: replicas hold bytes the client did not write");
     }
 }
@@ -265,7 +266,8 @@ fn run(store: Store) {
         let mut cluster = Cluster::start(store, &scratch);
         cli(&["pool", "create", "rep3", "--replicas", "3", "--min-size", "2", "--pgs", "16", "--api", API]);
         cli(&["volume", "create", "v1", "--size", "48M", "--pool", "rep3", "--api", API]);
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         let meta_url = cluster.meta_url.clone();
         let (model, stripes) = runtime.block_on(async {
             let client = client::Client::connect(&meta_url).await.expect("client");

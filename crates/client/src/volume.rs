@@ -180,12 +180,9 @@ impl Volume {
         let request = Request::Stat { pg: piece.pg, object };
         match self.run_piece(map, Operation::Allocation, &piece, &request, started).await {
             Ok((Response::Stat { .. }, _)) => Ok(true),
-            Ok((other, osd)) => Err(self.bad_reply(
-                Operation::Allocation,
-                &piece,
-                osd,
-                format!("a {} reply to a Stat", other.opcode()),
-            )),
+            Ok((other, osd)) => {
+                Err(self.bad_reply(Operation::Allocation, &piece, osd, format!("a {} reply to a Stat", other.opcode())))
+            }
             Err(ClientError::Refused { status: Status::NoSuchObject, .. }) => Ok(false),
             Err(error) => Err(error),
         }

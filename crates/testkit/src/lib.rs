@@ -126,8 +126,7 @@ impl Proc {
     pub fn stop(&mut self, signal: i32, timeout: Duration) -> (ExitStatus, Duration) {
         let start = Instant::now();
         self.signal(signal);
-        let status = wait_until(timeout, &format!("{} to exit", self.name), || self.try_wait())
-            .to_owned();
+        let status = wait_until(timeout, &format!("{} to exit", self.name), || self.try_wait()).to_owned();
         self.child = None;
         (status, start.elapsed())
     }

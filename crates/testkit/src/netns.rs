@@ -17,9 +17,10 @@ pub fn enter_new() {
             std::io::Error::last_os_error()
         );
     }
-    let status = Command::new("ip").args(["link", "set", "lo", "up"]).status().unwrap_or_else(|e| {
-        panic!("running `ip link set lo up`: {e} (install Debian's iproute2)")
-    });
+    let status = Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .unwrap_or_else(|e| panic!("running `ip link set lo up`: {e} (install Debian's iproute2)"));
     assert!(status.success(), "`ip link set lo up` failed in the new namespace: {status}");
 }
 

@@ -325,7 +325,9 @@ mod tests {
 
     #[test]
     fn reply_body_too_short() {
-        for (opcode, size_min_bytes) in [(Opcode::SecRead, 8u64), (Opcode::ObjectInfo, 12), (Opcode::SecList, 4), (Opcode::Stat, 8)] {
+        for (opcode, size_min_bytes) in
+            [(Opcode::SecRead, 8u64), (Opcode::ObjectInfo, 12), (Opcode::SecList, 4), (Opcode::Stat, 8)]
+        {
             let mut bytes = sample(opcode, true);
             bytes.truncate(HEADER_SIZE_BYTES + size_min_bytes as usize - 1);
             reseal(&mut bytes);

@@ -208,7 +208,10 @@ async fn wait_for_pg_tables(store: &dyn MetaStore) -> anyhow::Result<()> {
         let map = cluster::ClusterMap::load(store).await?;
         let ready = map.pools.keys().all(|pool| {
             map.pg_tables.get(pool).is_some_and(|table| {
-                table.pgs.iter().all(|(_, members)| !members.is_empty() && members.iter().all(|m| map.live.contains_key(m)))
+                table
+                    .pgs
+                    .iter()
+                    .all(|(_, members)| !members.is_empty() && members.iter().all(|m| map.live.contains_key(m)))
             })
         });
         if ready {
