@@ -8,7 +8,8 @@
 # Env:   ROUNDS=3  RUNTIME=10  OUT=DIR (keeps the raw results)  OSD_SIZE=2G  SPIN_US=0
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=${1:-/var/tmp}/basalt-cluster-bench
+base=${1:-/var/tmp}
+dir=$base/basalt-cluster-bench
 rounds=${ROUNDS:-3}
 runtime=${RUNTIME:-10}
 out=${OUT:-$(mktemp -d)}
@@ -62,14 +63,14 @@ osd_ticks() {
 workloads="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd1-fsync randwrite-4k-qd32"
 for round in $(seq 1 "$rounds"); do
     echo "bench-cluster: round $round of $rounds" >&2
-    OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" bash "$rig/raw-baseline.sh" "${1:-/var/tmp}" >"$out/raw-$round.txt"
+    OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" bash "$rig/raw-baseline.sh" "$base" >"$out/raw-$round.txt"
     for spec in "randwrite 1" "randread 1" "randread 32" "randwrite 32"; do
-        set -- $spec
+        read -r rw qd <<<"$spec"
         before=$(osd_ticks)
-        "$basalt" -q bench --api "$api" --volume bench --rw "$1" --bs 4k --iodepth "$2" --runtime "$runtime" --json \
-            >"$out/basalt-$round-$1-$2.json"
+        "$basalt" -q bench --api "$api" --volume bench --rw "$rw" --bs 4k --iodepth "$qd" --runtime "$runtime" --json \
+            >"$out/basalt-$round-$rw-$qd.json"
         after=$(osd_ticks)
-        echo "$((after - before))" >"$out/basalt-$round-$1-$2.ticks"
+        echo "$((after - before))" >"$out/basalt-$round-$rw-$qd.ticks"
     done
 done
 python3 - "$out" "$rounds" "$runtime" "$(getconf CLK_TCK)" <<'PY'
