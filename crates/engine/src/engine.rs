@@ -412,7 +412,12 @@ pub struct Engine<D: Disk> {
 
 fn exp_env(name: &str, default: usize) -> usize {
     thread_local! { static CACHE: std::cell::RefCell<HashMap<String, usize>> = std::cell::RefCell::new(HashMap::new()); }
-    CACHE.with(|cache| *cache.borrow_mut().entry(name.to_string()).or_insert_with(|| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)))
+    CACHE.with(|cache| {
+        *cache
+            .borrow_mut()
+            .entry(name.to_string())
+            .or_insert_with(|| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
+    })
 }
 
 fn invalid(reason: impl Into<String>) -> EngineError {
@@ -792,8 +797,9 @@ impl<D: Disk> Engine<D> {
                 }
                 let mut checked = vec![true; pages];
                 let mut superseded = false;
-                let later_entries =
-                    header.entries[at + 1..].iter().chain(chain[index + 1..].iter().flat_map(|(_, later)| &later.entries));
+                let later_entries = header.entries[at + 1..]
+                    .iter()
+                    .chain(chain[index + 1..].iter().flat_map(|(_, later)| &later.entries));
                 for later in later_entries.filter(|later| later.object == entry.object) {
                     match later.kind {
                         JournalEntryKind::Small { offset_pages, .. } => {
@@ -919,7 +925,8 @@ impl<D: Disk> Engine<D> {
             let first = sync_io(&mut self.disk, DiskOp::Read, header.offset_bytes, AlignedBuffer::zeroed(PAGE_USIZE))?;
             let Ok((_, header_size, _)) = RecordHeader::peek(&first, nonce) else { continue };
             let header_size = u64::from(header_size);
-            if header_size == 0 || header_size % PAGE != 0 || header.offset_bytes + header_size > g.journal_end_bytes() {
+            if header_size == 0 || header_size % PAGE != 0 || header.offset_bytes + header_size > g.journal_end_bytes()
+            {
                 continue;
             }
             let whole = if header_size == PAGE {
@@ -1394,7 +1401,8 @@ impl<D: Disk> Engine<D> {
                 if whole {
                     if let Some(block) = self.allocate_block(false) {
                         self.object_queues.insert(object, VecDeque::new());
-                        self.big_writes.insert(write_seq, BigWrite { write_seq, user_data, object, version, block, page_crcs });
+                        self.big_writes
+                            .insert(write_seq, BigWrite { write_seq, user_data, object, version, block, page_crcs });
                         let offset = self.geometry.block_offset_bytes(block);
                         self.submit_io(Io::BigData { write: write_seq }, DiskOp::Write, offset, data);
                         return;
@@ -2326,7 +2334,8 @@ impl<D: Disk> Engine<D> {
     /// journal writes do not queue behind background copies, more as it fills, so the flusher
     /// keeps up before writers have to wait for space.
     fn flush_io_depth(&self) -> usize {
-        let (min, max) = (exp_env("EXP_FLUSH_DEPTH_MIN", FLUSH_IO_DEPTH_MIN), exp_env("EXP_FLUSH_DEPTH_MAX", FLUSH_IO_DEPTH_MAX));
+        let (min, max) =
+            (exp_env("EXP_FLUSH_DEPTH_MIN", FLUSH_IO_DEPTH_MIN), exp_env("EXP_FLUSH_DEPTH_MAX", FLUSH_IO_DEPTH_MAX));
         let journal_size = self.geometry.journal_size_bytes;
         let used = self.journal_used_bytes().saturating_sub(journal_size / 4);
         let span = journal_size / 2;

@@ -246,8 +246,8 @@ fn records_written_together(then_one_more: bool) -> (SimDisk, Vec<(u64, u64, Obj
         .into_iter()
         .map(|stripe| {
             let id = object(stripe);
-            let data_at = find_page(&disk, journal_range(&geometry), &page_pattern(100 + stripe, id, 1))
-                .expect("journaled page");
+            let data_at =
+                find_page(&disk, journal_range(&geometry), &page_pattern(100 + stripe, id, 1)).expect("journaled page");
             let header_at = data_at - PAGE_BYTES as u64;
             let (seq, _, _) = RecordHeader::peek(&disk.read_written(header_at, PAGE_BYTES), NONCE).expect("header");
             (seq, header_at, id, 100 + stripe)
@@ -482,7 +482,9 @@ fn format_version_1_rot_before_later_records_fails_open() {
     let (seq, header_at, _, _) = records[0];
     disk.flip_bit(header_at + u64::from(PAGE_SIZE_BYTES) + 9, 0);
     match open_error(disk) {
-        OpenError::JournalCorrupt { seq: found, offset_bytes, .. } => assert_eq!((found, offset_bytes), (seq, header_at)),
+        OpenError::JournalCorrupt { seq: found, offset_bytes, .. } => {
+            assert_eq!((found, offset_bytes), (seq, header_at))
+        }
         other => panic!("{other}"),
     }
 }

@@ -93,7 +93,12 @@ fn versioned_history_survives_flushes_and_crashes() {
                 } else if rng.gen_ratio(1, 4) {
                     execute(
                         &mut engine,
-                        Request::WriteVersioned { object, offset_bytes: 0, data: filled(tag, OBJECT_BYTES as usize), version },
+                        Request::WriteVersioned {
+                            object,
+                            offset_bytes: 0,
+                            data: filled(tag, OBJECT_BYTES as usize),
+                            version,
+                        },
                     )
                 } else {
                     let page = rng.gen_range(0..pages) as u32;
@@ -113,11 +118,17 @@ fn versioned_history_survives_flushes_and_crashes() {
                         assert!(current >= version && Some(current) <= known);
                     }
                     Ok(Reply::Deleted { version: stored }) => {
-                        assert!(accepted(stored), "seed {seed}: stored {stored} version {version} of a live {object} at {live:?}");
+                        assert!(
+                            accepted(stored),
+                            "seed {seed}: stored {stored} version {version} of a live {object} at {live:?}"
+                        );
                         model.remove(&object);
                     }
                     Ok(Reply::Written { version: stored }) => {
-                        assert!(accepted(stored), "seed {seed}: stored {stored} version {version} of a live {object} at {live:?}");
+                        assert!(
+                            accepted(stored),
+                            "seed {seed}: stored {stored} version {version} of a live {object} at {live:?}"
+                        );
                         let state = model.entry(object).or_insert_with(|| (0, vec![0; OBJECT_BYTES as usize]));
                         state.0 = version;
                         // Reconstruct from the request: re-read instead of tracking offsets.
@@ -146,7 +157,10 @@ fn versioned_history_survives_flushes_and_crashes() {
                         assert_eq!(version, *expected_version, "seed {seed} cycle {cycle} {object}");
                         assert!(data == *expected, "seed {seed} cycle {cycle} {object}: data differs");
                     }
-                    None => assert!(data.iter().all(|&b| b == 0), "seed {seed} cycle {cycle} {object}: deleted object has data"),
+                    None => assert!(
+                        data.iter().all(|&b| b == 0),
+                        "seed {seed} cycle {cycle} {object}: deleted object has data"
+                    ),
                 }
             }
         }

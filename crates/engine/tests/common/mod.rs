@@ -38,7 +38,11 @@ pub fn sim_disk(options: SimDiskOptions) -> SimDisk {
 /// A small metadata cache, so cache misses and evictions happen in tests too, and small
 /// journal records, so a batch of writes goes out as several records in flight at once.
 pub fn engine_options() -> EngineOptions {
-    EngineOptions { meta_cache_bytes: 16 * PAGE_BYTES, record_split_bytes: 2 * PAGE_BYTES as u32, ..EngineOptions::default() }
+    EngineOptions {
+        meta_cache_bytes: 16 * PAGE_BYTES,
+        record_split_bytes: 2 * PAGE_BYTES as u32,
+        ..EngineOptions::default()
+    }
 }
 
 pub fn open<D: Disk>(disk: D) -> Engine<D> {
