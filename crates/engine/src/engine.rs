@@ -410,16 +410,6 @@ pub struct Engine<D: Disk> {
     stats: EngineStats,
 }
 
-fn exp_env(name: &str, default: usize) -> usize {
-    thread_local! { static CACHE: std::cell::RefCell<HashMap<String, usize>> = std::cell::RefCell::new(HashMap::new()); }
-    CACHE.with(|cache| {
-        *cache
-            .borrow_mut()
-            .entry(name.to_string())
-            .or_insert_with(|| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
-    })
-}
-
 fn invalid(reason: impl Into<String>) -> EngineError {
     EngineError::InvalidArgument { reason: reason.into() }
 }
@@ -2027,7 +2017,7 @@ impl<D: Disk> Engine<D> {
         let journal_size = self.geometry.journal_size_bytes;
         self.flush_requested
             || self.journal_full
-            || self.unflushed_bytes >= journal_size / exp_env("EXP_FLUSH_START_DIV", 8) as u64
+            || self.unflushed_bytes >= journal_size / 8
             || self.journal_used_bytes() >= journal_size / 2
     }
 
@@ -2334,8 +2324,7 @@ impl<D: Disk> Engine<D> {
     /// journal writes do not queue behind background copies, more as it fills, so the flusher
     /// keeps up before writers have to wait for space.
     fn flush_io_depth(&self) -> usize {
-        let (min, max) =
-            (exp_env("EXP_FLUSH_DEPTH_MIN", FLUSH_IO_DEPTH_MIN), exp_env("EXP_FLUSH_DEPTH_MAX", FLUSH_IO_DEPTH_MAX));
+        let (min, max) = (FLUSH_IO_DEPTH_MIN, FLUSH_IO_DEPTH_MAX);
         let journal_size = self.geometry.journal_size_bytes;
         let used = self.journal_used_bytes().saturating_sub(journal_size / 4);
         let span = journal_size / 2;
