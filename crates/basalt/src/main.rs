@@ -10,6 +10,7 @@ mod cmd;
 mod device;
 mod pipeline;
 mod reaper;
+mod signals;
 mod size;
 mod stats;
 mod torture;

@@ -157,7 +157,7 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
         dir.display()
     );
 
-    shutdown_signal().await;
+    crate::signals::shutdown_requested().await;
     let started = Instant::now();
     global.say("stopping");
     server.shutdown();
@@ -221,14 +221,5 @@ async fn wait_for_pg_tables(store: &dyn MetaStore) -> anyhow::Result<()> {
             bail!("the mon did not publish PG tables with live OSDs within 30 s");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
     }
 }

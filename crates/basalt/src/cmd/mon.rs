@@ -79,7 +79,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // The leader removes deleted volumes' objects through the data path.
     let client = client::Client::with_store(store.clone()).await.context("cannot start the client library")?;
     let reaper: Arc<dyn mon::VolumeReaper> = Arc::new(crate::reaper::ClientReaper::new(client));
-    mon::run(store, config, listener, Some(reaper), shutdown_signal()).await.context("the mon failed")?;
+    mon::run(store, config, listener, Some(reaper), crate::signals::shutdown_requested())
+        .await
+        .context("the mon failed")?;
     Ok(())
 }
 
@@ -90,20 +92,4 @@ fn host_name() -> String {
         .map(|name| name.trim().to_string())
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "mon".into())
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = match signal(SignalKind::terminate()) {
-        Ok(terminate) => terminate,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
-    }
 }

@@ -59,19 +59,10 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
             serving.spawn(async move { server.serve_unix(listener).await });
         }
         println!("basalt nbd ready: nbd://{address}/ meta={meta_url}");
-        shutdown_signal().await;
+        crate::signals::shutdown_requested().await;
         server.shutdown();
         let wait = async { while serving.join_next().await.is_some() {} };
         let _ = tokio::time::timeout(std::time::Duration::from_secs(3), wait).await;
         Ok(())
     })
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
-    }
 }

@@ -64,24 +64,8 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
         println!("osd.{} serving on {} (incarnation {})", ready.osd, ready.address, ready.incarnation);
     };
     osd::run(config, ready, async {
-        shutdown_signal().await;
+        crate::signals::shutdown_requested().await;
         Stop::Graceful
     })
     .with_context(|| format!("the osd on {data} failed"))
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = match signal(SignalKind::terminate()) {
-        Ok(terminate) => terminate,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
-    }
 }
