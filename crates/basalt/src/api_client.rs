@@ -110,6 +110,35 @@ impl ApiClient {
     }
 }
 
+/// How a data-path command finds the cluster: the metadata store URL, or a mon API to ask for it.
+#[derive(Debug, clap::Args)]
+#[group(id = "cluster", required = true, multiple = false)]
+pub struct ClusterArgs {
+    /// The metadata store: http://HOST:PORT[,...] (etcd) or basalt://HOST:PORT (a mon's embedded store).
+    #[arg(long = "etcd", visible_alias = "meta", value_name = "URL")]
+    pub meta_url: Option<String>,
+    /// A mon API address (HOST:PORT); the metadata store URL is read from GET /api/v1/cluster.
+    #[arg(long = "api", value_name = "ADDR")]
+    pub api: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The metadata store URL, asking the mon for it when only `--api` was given.
+    pub fn meta_url(&self) -> anyhow::Result<String> {
+        match (&self.meta_url, &self.api) {
+            (Some(url), _) => Ok(url.clone()),
+            (None, Some(api)) => {
+                let cluster = ApiClient::new(api).get("/cluster")?;
+                cluster["meta_url"]
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| anyhow!("the answer to GET /api/v1/cluster at {api} has no meta_url"))
+            }
+            (None, None) => bail!("give --etcd URL or --api ADDR"),
+        }
+    }
+}
+
 /// Decodes an API answer into its view type.
 pub fn decode<T: DeserializeOwned>(value: Value) -> anyhow::Result<T> {
     serde_json::from_value(value)

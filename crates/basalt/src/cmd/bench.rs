@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, ensure, Context};
+use anyhow::{ensure, Context};
 use bytes::Bytes;
 use client::{Client, ClientError, Volume};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -61,14 +61,9 @@ impl Rw {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("cluster").required(true).args(["meta_url", "api"])))]
 pub struct Args {
-    /// The metadata store: http://HOST:PORT[,...] (etcd) or basalt://HOST:PORT (a mon's embedded store).
-    #[arg(long = "etcd", visible_alias = "meta", value_name = "URL")]
-    pub meta_url: Option<String>,
-    /// A mon API address (HOST:PORT); the metadata store URL is read from GET /api/v1/cluster.
-    #[arg(long = "api", value_name = "ADDR")]
-    pub api: Option<String>,
+    #[command(flatten)]
+    pub cluster: crate::api_client::ClusterArgs,
     /// The volume to run on. Writes destroy its data in the region.
     #[arg(long = "volume", value_name = "NAME")]
     pub volume: String,
@@ -138,11 +133,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     ensure!(args.iodepth > 0 && args.jobs > 0, "--iodepth and --jobs must be at least 1");
     ensure!(args.runtime_s > 0, "--runtime must be at least 1 second");
     ensure!(args.threads > 0, "--threads must be at least 1");
-    let meta_url = match (&args.meta_url, &args.api) {
-        (Some(url), _) => url.clone(),
-        (None, Some(api)) => meta_url_from_api(api)?,
-        (None, None) => unreachable!("clap requires --etcd or --api"),
-    };
+    let meta_url = args.cluster.meta_url()?;
     let runtime = if args.threads == 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
     } else {
@@ -176,15 +167,6 @@ fn workload_name(rw: Rw, block_size_bytes: u64, queue_depth: usize) -> String {
         block_size_bytes.to_string()
     };
     format!("{}-{size}-qd{queue_depth}", rw.name())
-}
-
-/// The metadata store URL a mon serves at `GET /api/v1/cluster`.
-pub fn meta_url_from_api(api: &str) -> anyhow::Result<String> {
-    let cluster = crate::api_client::ApiClient::new(api).get("/cluster")?;
-    cluster["meta_url"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| anyhow!("the answer to GET /api/v1/cluster at {api} has no meta_url"))
 }
 
 async fn run_workload(global: Global, args: &Args, meta_url: &str) -> anyhow::Result<Outcome> {

@@ -10,14 +10,9 @@ use tokio::net::{TcpListener, UnixListener};
 use crate::Global;
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("cluster").required(true).args(["meta_url", "api"])))]
 pub struct Args {
-    /// The metadata store: http://HOST:PORT[,...] (etcd) or basalt://HOST:PORT (a mon's embedded store).
-    #[arg(long = "etcd", visible_alias = "meta", value_name = "URL")]
-    pub meta_url: Option<String>,
-    /// A mon API address (HOST:PORT); the metadata store URL is read from GET /api/v1/cluster.
-    #[arg(long = "api", value_name = "ADDR")]
-    pub api: Option<String>,
+    #[command(flatten)]
+    pub cluster: crate::api_client::ClusterArgs,
     /// TCP address to serve NBD on.
     #[arg(long = "listen", value_name = "HOST:PORT", default_value = "127.0.0.1:10809")]
     pub listen: String,
@@ -28,11 +23,7 @@ pub struct Args {
 
 pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     stderr_log::install(if global.quiet { Level::WARN } else { Level::INFO });
-    let meta_url = match (&args.meta_url, &args.api) {
-        (Some(url), _) => url.clone(),
-        (None, Some(api)) => crate::cmd::bench::meta_url_from_api(api)?,
-        (None, None) => unreachable!("clap requires one"),
-    };
+    let meta_url = args.cluster.meta_url()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("nbd")
