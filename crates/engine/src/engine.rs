@@ -33,14 +33,19 @@ const PAGE_USIZE: usize = PAGE_SIZE_BYTES as usize;
 const RECORD_SIZE_MAX_BYTES: u64 = 4 << 20;
 /// Bounds of one flusher job.
 const FLUSH_JOB_RECORDS_MAX: usize = 4096;
-/// Flusher disk requests in flight at once: enough to keep the drive busy, few enough that a
-/// client's journal write does not queue behind hundreds of background copies.
-const FLUSH_IO_DEPTH_MIN: usize = 8;
-const FLUSH_IO_DEPTH_MAX: usize = 64;
+/// Flusher copy requests in flight at once: the fewest while at most a quarter of the journal
+/// is used (every background write in flight slows the forced-unit-access journal writes that
+/// clients wait for), rising linearly to the most at three quarters (so the flusher keeps up
+/// with a deep queue of writers before they wait for journal space). See `flush_io_depth`.
+const FLUSH_IO_DEPTH_MIN: usize = 4;
+const FLUSH_IO_DEPTH_MAX: usize = 128;
 /// Journal pages the flusher copies are read in ranges: pages at most this far apart share a
 /// read (record headers and pages of superseded writes lie between them).
 const FLUSH_READ_GAP_MAX_BYTES: u64 = 128 * 1024;
 const FLUSH_READ_SIZE_MAX_BYTES: u64 = 1 << 20;
+/// Journal reads of the flusher in flight at once: each feeds hundreds of copy writes, so a
+/// few keep the writes busy while bounding the buffers held.
+const FLUSH_READS_IN_FLIGHT_MAX: usize = 2;
 /// Adjacent metadata pages the flusher writes with one request.
 const META_WRITE_PAGES_MAX: usize = 64;
 
@@ -60,15 +65,24 @@ pub struct EngineOptions {
     /// Journal records (group commits) written at once; writes are acknowledged in record
     /// order. One writes each record only after the previous one is durable.
     pub records_in_flight_max: usize,
-    /// While a record is in flight, writes wait for the next record until they hold this many
-    /// bytes (data pages plus their entries); a burst of writes is spread over several records
-    /// of about this size, written in parallel.
-    pub record_split_bytes: u32,
+    /// While records are in flight, writes that arrived since go in a further record (written
+    /// in parallel) once they hold this many bytes (data pages plus entries); until then they
+    /// wait for the records in flight to commit and go out together.
+    pub record_min_bytes_in_flight: u32,
+    /// RAM for journal records the flusher has not copied yet (their data pages): a record
+    /// kept here is copied into place from RAM instead of being read back from the journal.
+    /// Reads never use it.
+    pub record_data_cache_bytes: usize,
 }
 
 impl Default for EngineOptions {
     fn default() -> EngineOptions {
-        EngineOptions { meta_cache_bytes: 64 << 20, records_in_flight_max: 8, record_split_bytes: 32 << 10 }
+        EngineOptions {
+            meta_cache_bytes: 64 << 20,
+            records_in_flight_max: 2,
+            record_min_bytes_in_flight: 32 << 10,
+            record_data_cache_bytes: 32 << 20,
+        }
     }
 }
 
@@ -90,6 +104,8 @@ pub struct EngineStats {
     pub flusher_jobs: u64,
     pub flusher_pages_copied: u64,
     pub flusher_copy_writes: u64,
+    /// Journal bytes the flusher read back (pages of records no longer held in RAM).
+    pub flusher_journal_read_bytes: u64,
     /// Metadata pages the flusher wrote, and the writes that took (adjacent pages share one).
     pub flusher_meta_pages_written: u64,
     pub flusher_meta_writes: u64,
@@ -200,6 +216,10 @@ struct RecordInfo {
     offset_bytes: u64,
     size_bytes: u64,
     objects: Vec<ObjectId>,
+    /// The record as written (header and data), kept until it is flushed while
+    /// `record_data_cache_bytes` allows, so the flusher copies from RAM instead of reading the
+    /// journal back.
+    data: Option<AlignedBuffer>,
 }
 
 struct SealedEntry {
@@ -217,6 +237,8 @@ struct RecordInFlight {
     entries: Vec<SealedEntry>,
     /// The write's result, once it completed; the record commits when every earlier one has.
     outcome: Option<Result<(), DiskError>>,
+    /// The buffer written, back from the disk.
+    buffer: Option<AlignedBuffer>,
 }
 
 /// What the records in flight do to an object, for sealing further records before they
@@ -324,10 +346,15 @@ struct FlushJob {
     freed: Vec<u32>,
     meta_pages: BTreeSet<u32>,
     loads_pending: usize,
-    /// Pages to copy from the journal into data blocks, in journal order.
+    /// Pages to copy from the journal into data blocks, in journal order, those not held in
+    /// RAM (see `RecordInfo::data`).
     copy_pages: Vec<CopyPage>,
+    /// Every page the job copies into data blocks, from RAM or from the journal.
+    copy_page_count: usize,
     copy_reads: Vec<CopyRead>,
     next_copy_read: usize,
+    /// Journal reads in flight (each up to `FLUSH_READ_SIZE_MAX_BYTES`).
+    copy_reads_pending: usize,
     copy_writes: VecDeque<(u64, AlignedBuffer)>,
     ios_pending: usize,
     new_tail: Option<(u64, u64)>,
@@ -406,7 +433,10 @@ pub struct Engine<D: Disk> {
     meta_cache: MetaCache,
     flush_job: Option<FlushJob>,
     records_in_flight_max: usize,
-    record_split_bytes: u64,
+    record_min_bytes_in_flight: u64,
+    /// Bytes of `RecordInfo::data` held, and the most allowed.
+    record_data_cached_bytes: u64,
+    record_data_cache_bytes: u64,
     stats: EngineStats,
 }
 
@@ -553,7 +583,9 @@ impl<D: Disk> Engine<D> {
             meta_cache: MetaCache::new(options.meta_cache_bytes / PAGE_USIZE),
             flush_job: None,
             records_in_flight_max: options.records_in_flight_max.max(1),
-            record_split_bytes: u64::from(options.record_split_bytes),
+            record_min_bytes_in_flight: u64::from(options.record_min_bytes_in_flight),
+            record_data_cached_bytes: 0,
+            record_data_cache_bytes: options.record_data_cache_bytes as u64,
             stats: EngineStats::default(),
         };
         // Versions of deletes that were flushed and trimmed survive only in the superblock.
@@ -955,7 +987,7 @@ impl<D: Disk> Engine<D> {
         objects.dedup();
         let size_bytes = u64::from(header.header_size_bytes) + u64::from(header.data_size_bytes);
         self.unflushed_bytes += size_bytes;
-        self.records.push_back(RecordInfo { seq: header.seq, offset_bytes, size_bytes, objects });
+        self.records.push_back(RecordInfo { seq: header.seq, offset_bytes, size_bytes, objects, data: None });
     }
 
     // -----------------------------------------------------------------------------------------
@@ -1448,22 +1480,23 @@ impl<D: Disk> Engine<D> {
 
     /// Seals pending entries into journal records (group commit), several in flight at once.
     ///
-    /// With no record in flight, whatever is pending goes at once (a lone write waits for
-    /// nothing). While records are in flight, a new one is sealed only once the pending entries
-    /// fill `record_split_bytes`, so records stay large enough to share their write and flush;
-    /// a burst is spread over the free slots, so its records are written in parallel.
+    /// With no record in flight, everything pending goes at once in one record (a lone write
+    /// waits for nothing, and a burst shares one write and one flush). While records are in
+    /// flight, writes that arrived since wait for them to commit, unless they already fill
+    /// `record_min_bytes_in_flight`: then they go in a record of their own, written in
+    /// parallel. A burst is never split over several records: on the drives measured, one
+    /// large forced-unit-access write completes as fast as several small ones, and each record
+    /// costs a flush (ADR 0009).
     fn seal_records(&mut self) {
         while self.poisoned.is_none() && !self.pending.is_empty() {
             let in_flight = self.records_in_flight.len();
             if in_flight >= self.records_in_flight_max {
                 return;
             }
-            if in_flight > 0 && self.pending_bytes < self.record_split_bytes {
+            if in_flight > 0 && self.pending_bytes < self.record_min_bytes_in_flight {
                 return;
             }
-            let free_slots = (self.records_in_flight_max - in_flight) as u64;
-            let target_bytes = self.record_split_bytes.max(self.pending_bytes.div_ceil(free_slots));
-            if !self.seal_record(target_bytes) {
+            if !self.seal_record() {
                 return;
             }
         }
@@ -1496,9 +1529,9 @@ impl<D: Disk> Engine<D> {
         }
     }
 
-    /// Seals one record of pending entries holding about `target_bytes` (at least one entry)
-    /// and submits its write. Returns whether a record was written.
-    fn seal_record(&mut self, target_bytes: u64) -> bool {
+    /// Seals the pending entries (as many as the record size limit and the journal space
+    /// allow) into one record and submits its write. Returns whether a record was written.
+    fn seal_record(&mut self) -> bool {
         let pages_per_object = self.geometry.pages_per_object();
         let seq = self.next_record_seq;
         let mut entries: Vec<SealedEntry> = Vec::new();
@@ -1506,7 +1539,6 @@ impl<D: Disk> Engine<D> {
         let mut journal_entries: Vec<JournalEntry> = Vec::new();
         // Header bytes of `journal_entries`, kept as they grow rather than summed again.
         let mut entry_bytes = 0;
-        let mut taken_bytes = 0;
         let mut datas: Vec<AlignedBuffer> = Vec::new();
         let limit = RECORD_SIZE_MAX_BYTES.min(self.geometry.journal_size_bytes / 4);
         while let Some(front) = self.pending.front() {
@@ -1515,17 +1547,12 @@ impl<D: Disk> Engine<D> {
                 PendingKind::Big { .. } => (0, pages_per_object as usize),
                 PendingKind::Delete => (0, 0),
             };
-            let front_bytes = front.record_bytes(pages_per_object);
-            if !entries.is_empty() && taken_bytes + front_bytes > target_bytes {
-                break;
-            }
             let with_entry_bytes = entry_bytes + JournalEntry::encoded_size_bytes_for(crc_count);
             let size = u64::from(RecordHeader::size_bytes_for_entry_bytes(with_entry_bytes))
                 + u64::from(data_pages + entry_pages) * PAGE;
             if size > limit || self.journal_place(size).is_none() {
                 break;
             }
-            taken_bytes += front_bytes;
             let pending = self.pop_pending().expect("front exists");
             let object = pending.object;
             let version = match pending.version {
@@ -1611,7 +1638,8 @@ impl<D: Disk> Engine<D> {
         let mut objects: Vec<ObjectId> = entries.iter().map(|sealed| sealed.entry.object).collect();
         objects.sort_unstable();
         objects.dedup();
-        self.records.push_back(RecordInfo { seq, offset_bytes: offset, size_bytes: size, objects });
+        debug_assert!(self.records.back().is_none_or(|last| last.seq + 1 == seq), "records hold consecutive seqs");
+        self.records.push_back(RecordInfo { seq, offset_bytes: offset, size_bytes: size, objects, data: None });
         self.journal_head_bytes = offset + size;
         self.next_record_seq = seq + 1;
         // A record of small writes and deletes needs only itself durable. One naming whole-object
@@ -1628,6 +1656,7 @@ impl<D: Disk> Engine<D> {
             size_bytes: size,
             entries,
             outcome: None,
+            buffer: None,
         });
         self.stats.records_in_flight_peak = self.stats.records_in_flight_peak.max(self.records_in_flight.len() as u64);
         let op = if has_whole_object_write { DiskOp::WriteFlush } else { DiskOp::WriteFua };
@@ -1635,12 +1664,13 @@ impl<D: Disk> Engine<D> {
         true
     }
 
-    fn on_record_written(&mut self, seq: u64, result: Result<(), DiskError>) {
+    fn on_record_written(&mut self, seq: u64, buffer: AlignedBuffer, result: Result<(), DiskError>) {
         let first_seq = self.records_in_flight.front().expect("record in flight").seq;
         let record = &mut self.records_in_flight[(seq - first_seq) as usize];
         assert_eq!(record.seq, seq);
         assert!(record.outcome.is_none());
         record.outcome = Some(result);
+        record.buffer = Some(buffer);
         if seq != first_seq {
             self.stats.records_completed_out_of_order += 1;
         }
@@ -1687,9 +1717,19 @@ impl<D: Disk> Engine<D> {
         }
     }
 
-    fn commit_record(&mut self, record: RecordInFlight) {
+    fn commit_record(&mut self, mut record: RecordInFlight) {
         assert_eq!(record.seq, self.committed_seq + 1);
         self.committed_seq = record.seq;
+        if let Some(buffer) = record.buffer.take() {
+            if self.record_data_cached_bytes + record.size_bytes <= self.record_data_cache_bytes {
+                let first_seq = self.records.front().expect("the record is listed").seq;
+                let info = &mut self.records[(record.seq - first_seq) as usize];
+                assert_eq!(info.seq, record.seq);
+                assert_eq!(buffer.len() as u64, info.size_bytes);
+                self.record_data_cached_bytes += info.size_bytes;
+                info.data = Some(buffer);
+            }
+        }
         let data_offset = record.offset_bytes + u64::from(record.header_size_bytes);
         for sealed in record.entries {
             self.commit_entry(record.seq, data_offset, &sealed.entry, sealed.reserves_block);
@@ -2000,11 +2040,17 @@ impl<D: Disk> Engine<D> {
     /// read by a read in flight, or the head when there is none.
     fn next_tail(&self) -> (u64, u64) {
         let oldest_pinned = self.journal_pins.keys().next().copied().unwrap_or(u64::MAX);
-        self.records
-            .iter()
-            .find(|record| record.seq > self.flushed_seq || record.seq >= oldest_pinned)
-            .map(|record| (record.offset_bytes, record.seq))
-            .unwrap_or((self.journal_head_bytes_after_records(), self.next_record_seq))
+        let first_kept_seq = (self.flushed_seq + 1).min(oldest_pinned);
+        // `records` holds consecutive seqs, so the record is found by index (this runs on
+        // every poll; a scan showed in profiles with a long journal).
+        let index = self.records.front().map_or(0, |front| first_kept_seq.saturating_sub(front.seq) as usize);
+        match self.records.get(index) {
+            Some(record) => {
+                debug_assert!(record.seq >= first_kept_seq);
+                (record.offset_bytes, record.seq)
+            }
+            None => (self.journal_head_bytes_after_records(), self.next_record_seq),
+        }
     }
 
     /// Whether a flusher job should start now. Flushing lazily, once an eighth of the journal
@@ -2054,8 +2100,10 @@ impl<D: Disk> Engine<D> {
             meta_pages: BTreeSet::new(),
             loads_pending: 0,
             copy_pages: Vec::new(),
+            copy_page_count: 0,
             copy_reads: Vec::new(),
             next_copy_read: 0,
+            copy_reads_pending: 0,
             copy_writes: VecDeque::new(),
             ios_pending: 0,
             new_tail: None,
@@ -2211,7 +2259,9 @@ impl<D: Disk> Engine<D> {
                 FlushPhase::Copy => {
                     let job = self.flush_job.as_mut().expect("job");
                     job.phase = FlushPhase::Barrier;
-                    if job.copy_pages.is_empty() {
+                    // The copies (from RAM or read from the journal) must be durable before
+                    // any metadata entry names them.
+                    if job.copy_page_count == 0 {
                         continue;
                     }
                     job.ios_pending += 1;
@@ -2294,6 +2344,46 @@ impl<D: Disk> Engine<D> {
             }
         }
         pages.sort_unstable_by_key(|page| page.journal_offset_bytes);
+        job.copy_page_count = pages.len();
+        // Pages of records still in RAM become writes now; the rest are read from the journal.
+        let mut cached: Vec<(u64, &AlignedBuffer)> = self
+            .records
+            .iter()
+            .filter(|record| record.seq > self.flushed_seq && record.seq <= job.last_seq)
+            .filter_map(|record| Some((record.offset_bytes, record.data.as_ref()?)))
+            .collect();
+        cached.sort_unstable_by_key(|(offset, _)| *offset);
+        let in_ram = |page: &CopyPage| {
+            let at = cached.partition_point(|(offset, _)| *offset <= page.journal_offset_bytes).checked_sub(1)?;
+            let (offset, data) = cached[at];
+            let within = (page.journal_offset_bytes - offset) as usize;
+            (within + PAGE_USIZE <= data.len()).then(|| &data[within..within + PAGE_USIZE])
+        };
+        let mut from_disk: Vec<CopyPage> = Vec::with_capacity(pages.len());
+        let mut run: Vec<&[u8]> = Vec::new();
+        let mut run_start: Option<CopyPage> = None;
+        for page in &pages {
+            let Some(bytes) = in_ram(page) else {
+                from_disk.push(*page);
+                continue;
+            };
+            if let Some(start) = run_start {
+                let count = run.len() as u64;
+                let adjacent = start.journal_offset_bytes + count * PAGE == page.journal_offset_bytes
+                    && start.target_offset_bytes + count * PAGE == page.target_offset_bytes;
+                if !adjacent || run.len() * PAGE_USIZE >= FLUSH_READ_SIZE_MAX_BYTES as usize {
+                    job.copy_writes.push_back((start.target_offset_bytes, concat_pages(&run)));
+                    run.clear();
+                    run_start = None;
+                }
+            }
+            run_start.get_or_insert(*page);
+            run.push(bytes);
+        }
+        if let Some(start) = run_start {
+            job.copy_writes.push_back((start.target_offset_bytes, concat_pages(&run)));
+        }
+        let pages = from_disk;
         let mut reads: Vec<CopyRead> = Vec::new();
         for (index, page) in pages.iter().enumerate() {
             if let Some(read) = reads.last_mut() {
@@ -2324,11 +2414,11 @@ impl<D: Disk> Engine<D> {
     /// journal writes do not queue behind background copies, more as it fills, so the flusher
     /// keeps up before writers have to wait for space.
     fn flush_io_depth(&self) -> usize {
-        let (min, max) = (FLUSH_IO_DEPTH_MIN, FLUSH_IO_DEPTH_MAX);
         let journal_size = self.geometry.journal_size_bytes;
         let used = self.journal_used_bytes().saturating_sub(journal_size / 4);
         let span = journal_size / 2;
-        min + ((max - min) as u64 * used.min(span) / span) as usize
+        let extra = (FLUSH_IO_DEPTH_MAX - FLUSH_IO_DEPTH_MIN) as u64 * used.min(span) / span;
+        FLUSH_IO_DEPTH_MIN + extra as usize
     }
 
     /// Keeps up to `flush_io_depth` copy requests in flight, writes before further reads.
@@ -2346,12 +2436,14 @@ impl<D: Disk> Engine<D> {
                 self.submit_io(Io::FlushCopyWrite, DiskOp::Write, target, buffer);
                 continue;
             }
-            if job.next_copy_read < job.copy_reads.len() {
+            if job.next_copy_read < job.copy_reads.len() && job.copy_reads_pending < FLUSH_READS_IN_FLIGHT_MAX {
                 let index = job.next_copy_read;
                 job.next_copy_read += 1;
                 job.ios_pending += 1;
+                job.copy_reads_pending += 1;
                 let read = &job.copy_reads[index];
                 let (offset, length) = (read.journal_offset_bytes, read.length_bytes as usize);
+                self.stats.flusher_journal_read_bytes += read.length_bytes;
                 self.submit_io(Io::FlushCopyRead { run: index }, DiskOp::Read, offset, AlignedBuffer::zeroed(length));
                 continue;
             }
@@ -2367,6 +2459,7 @@ impl<D: Disk> Engine<D> {
     fn on_flush_copy_read(&mut self, run: usize, buffer: AlignedBuffer, result: Result<(), DiskError>) {
         let job = self.flush_job.as_mut().expect("job");
         job.ios_pending -= 1;
+        job.copy_reads_pending -= 1;
         if let Err(error) = result {
             return self.poison(format!("flusher read of the journal failed: {error}"));
         }
@@ -2511,12 +2604,16 @@ impl<D: Disk> Engine<D> {
         for page in std::mem::take(&mut job.meta_pages) {
             self.meta_cache.unpin(page);
         }
-        let flushed_bytes: u64 = self
-            .records
-            .iter()
-            .filter(|record| record.seq > self.flushed_seq && record.seq <= job.last_seq)
-            .map(|record| record.size_bytes)
-            .sum();
+        let mut flushed_bytes = 0;
+        for record in &mut self.records {
+            if record.seq <= self.flushed_seq || record.seq > job.last_seq {
+                continue;
+            }
+            flushed_bytes += record.size_bytes;
+            if record.data.take().is_some() {
+                self.record_data_cached_bytes -= record.size_bytes;
+            }
+        }
         self.unflushed_bytes -= flushed_bytes;
         self.flushed_seq = job.last_seq;
         let tail = self.next_tail();
@@ -2562,7 +2659,7 @@ impl<D: Disk> Engine<D> {
         let DiskCompletion { buffer, result, offset_bytes, .. } = completion;
         match io {
             Io::BigData { write } => self.on_big_data(write, result),
-            Io::JournalRecord { seq } => self.on_record_written(seq, result),
+            Io::JournalRecord { seq } => self.on_record_written(seq, buffer, result),
             Io::ReadRun { read, run } => self.on_read_run(read, run, buffer, result),
             Io::MetaLoad { page } => self.on_meta_load(page, buffer, result),
             Io::FlushCopyRead { run } => self.on_flush_copy_read(run, buffer, result),
@@ -2597,6 +2694,14 @@ enum RecordRead {
     Valid(RecordHeader),
     Absent,
     Broken(String),
+}
+
+fn concat_pages(pages: &[&[u8]]) -> AlignedBuffer {
+    let mut buffer = AlignedBuffer::zeroed(pages.len() * PAGE_USIZE);
+    for (index, page) in pages.iter().enumerate() {
+        buffer[index * PAGE_USIZE..(index + 1) * PAGE_USIZE].copy_from_slice(page);
+    }
+    buffer
 }
 
 fn full_bitmap(pages: u32) -> u64 {

@@ -1,11 +1,14 @@
 //! Crash tests: power loss at random points of a concurrent workload, then recovery is checked.
 //!
 //! Each seed formats a small engine (16 or 64 KiB objects) on a `SimDisk` (512 or 4096-byte
-//! sectors, torn writes, reordered completions) wrapped in a `CrashDisk` (part of each write in
-//! flight may land), and runs several crash cycles: a random workload of small writes, whole-object writes, deletes,
-//! reads and flush requests with several requests in flight, frozen at a random completion,
-//! crashed, reopened and checked. Then the workload continues on the recovered engine, so
-//! replay after replay is covered. Checked after every recovery, page by page:
+//! sectors, torn writes, reordered completions) wrapped in a `CrashDisk` (each write in flight
+//! may land whole, in part or not at all; completions may arrive late and out of order), with
+//! one to eight journal records in flight at once, and runs several crash cycles: a random
+//! workload of small writes, whole-object writes, deletes, reads and flush requests with several
+//! requests in flight (in bursts, or trickling in while records are in flight), frozen at a
+//! random completion or soon after several records are in flight, crashed, reopened and
+//! checked. Then the workload continues on the recovered engine, so replay after replay is
+//! covered. Checked after every recovery, page by page:
 //!
 //! - every acknowledged write (or delete) reads back, unless a write issued after it replaced it;
 //! - every page holds exactly one candidate: the newest acknowledged or observed version of that
@@ -18,15 +21,21 @@
 //! Reads during the workload are checked too: they return a candidate, and a version a read
 //! returned was durable, so it must survive the crash.
 //!
-//! A second test crashes a small workload at every flush index. A failing seed is printed;
-//! replay it with `BASALT_CRASH_SEED=<seed>`. `BASALT_CRASH_SEEDS` sets the number of random
-//! seeds (default 2000) and `BASALT_CRASH_FLUSH_SEEDS` the number of every-flush-index seeds.
+//! The random tests count how many crashes caught several records in flight, and after records
+//! completed out of order, and fail if too few did. A second test crashes a small workload at
+//! every flush index, and a third shapes one crash by hand: a record missing, the record after
+//! it whole, then its seq reused. A failing seed is printed; replay it with
+//! `BASALT_CRASH_SEED=<seed>`. `BASALT_CRASH_SEEDS` sets the number of random seeds (default
+//! 2000) and `BASALT_CRASH_FLUSH_SEEDS` the number of every-flush-index seeds.
 
 mod common;
 
 use std::collections::HashMap;
 
-use common::{classify_page, env_count, format_disk, pattern_buffer, CrashDisk, DiskControl, PageContent, PAGE_BYTES};
+use common::{
+    classify_page, env_count, format_disk, page_pattern, pattern_buffer, CrashDisk, DiskControl, PageContent,
+    PAGE_BYTES,
+};
 use engine::{Completion, Engine, EngineOptions, ObjectId, Reply, Request};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -202,6 +211,8 @@ struct Crasher {
     options: EngineOptions,
     /// Freeze the disk soon after this many journal records are in flight at once.
     freeze_at_records_in_flight: Option<usize>,
+    /// Submit at most one request between polls.
+    trickle: bool,
     coverage: Coverage,
 }
 
@@ -244,13 +255,18 @@ impl Crasher {
         });
         let tear_in_flight = rng.gen_ratio(3, 4);
         let disk = CrashDisk::new(disk, tear_in_flight, seed);
-        let disk = format_disk(disk, u64::from(object_size_bytes), journal_size_bytes);
+        let mut disk = format_disk(disk, u64::from(object_size_bytes), journal_size_bytes);
+        // Completions that arrive late let requests pile up behind writes already done, so
+        // journal records are sealed while earlier ones are still in flight.
+        disk.delay_completions(rng.gen_ratio(3, 4));
         // Records written one at a time (as format version 1 did), or several in flight: one
         // entry each while others are in flight (the most records and the most orders of
         // completion), or a few pages each.
         let options = EngineOptions {
             records_in_flight_max: [1, 2, 4, 8][rng.gen_range(0..4)],
-            record_split_bytes: [1, 4096, 16384][rng.gen_range(0..3)],
+            record_min_bytes_in_flight: [1, 4096, 8192][rng.gen_range(0..3)],
+            // The flusher copies from RAM, reads everything back, or a mix.
+            record_data_cache_bytes: [0, 16 << 10, 64 << 10, 32 << 20][rng.gen_range(0..4)],
             ..common::engine_options()
         };
         let pages_per_object = object_size_bytes / PAGE_BYTES as u32;
@@ -268,6 +284,7 @@ impl Crasher {
             version_floor: 1,
             options,
             freeze_at_records_in_flight: None,
+            trickle: false,
             coverage: Coverage::default(),
         }
     }
@@ -383,9 +400,18 @@ impl Crasher {
             if self.engine().disk().is_frozen() {
                 break;
             }
-            while submitted < op_count && self.in_flight.len() < IN_FLIGHT_MAX && self.rng.gen_ratio(2, 3) {
+            // Bursts go out as one record; a trickle (one request per poll) meets records still
+            // in flight and goes out in records of its own, several in flight at once.
+            let burst_max = if self.trickle { 1 } else { IN_FLIGHT_MAX };
+            let mut burst = 0;
+            while submitted < op_count
+                && self.in_flight.len() < IN_FLIGHT_MAX
+                && burst < burst_max
+                && self.rng.gen_ratio(2, 3)
+            {
                 self.submit_random();
                 submitted += 1;
+                burst += 1;
             }
             self.engine().poll(&mut out);
             for completion in out.drain(..) {
@@ -405,6 +431,11 @@ impl Crasher {
             }
             if self.engine().disk().is_frozen() {
                 break;
+            }
+            // A trickle often submits again without waiting, while its last record is in flight.
+            let more_to_submit = submitted < op_count && self.in_flight.len() < IN_FLIGHT_MAX;
+            if self.trickle && more_to_submit && self.rng.gen_ratio(3, 4) {
+                continue;
             }
             if !self.in_flight.is_empty() || submitted < op_count {
                 self.engine().wait();
@@ -526,8 +557,9 @@ fn run_random_seed(seed: u64) -> Coverage {
         let freeze_after = crasher.rng.gen_range(0..op_count as u64 * 4);
         crasher.control.apply(move |disk| disk.freeze_after_completions(freeze_after));
         let records_in_flight_max = crasher.options.records_in_flight_max;
-        if records_in_flight_max >= 2 && crasher.rng.gen_bool(0.5) {
-            crasher.freeze_at_records_in_flight = Some(crasher.rng.gen_range(2..=records_in_flight_max));
+        crasher.trickle = crasher.rng.gen_ratio(3, 4);
+        if records_in_flight_max >= 2 && crasher.rng.gen_bool(0.75) {
+            crasher.freeze_at_records_in_flight = Some(crasher.rng.gen_range(2..=records_in_flight_max.min(3)));
         }
         crasher.run_workload(op_count);
         crasher.freeze_at_records_in_flight = None;
@@ -611,4 +643,47 @@ fn crash_at_every_flush_index() {
             run_flush_index(seed, Some(flush_index));
         }
     }
+}
+
+/// A record dropped at open because an earlier one was missing (both were in flight at the
+/// crash) is erased: new records reuse its seq and its place in the journal, and a later open
+/// must not replay the stale record as their successor.
+#[test]
+fn a_dropped_record_is_never_replayed_after_its_seq_is_reused() {
+    let options = EngineOptions { records_in_flight_max: 8, record_min_bytes_in_flight: 1, ..common::engine_options() };
+    let disk = SimDisk::new(SimDiskOptions { size_bytes: 6 << 20, ..SimDiskOptions::default() });
+    let disk = format_disk(CrashDisk::new(disk, false, 0), 16 << 10, 1 << 20);
+    let control = disk.control();
+    let mut engine = Engine::open(disk, &options).expect("open");
+    let (a, b, c) = (object_id(0), object_id(1), object_id(2));
+    // The records of A and then B in flight together: B's header cannot say A was durable.
+    control.apply(|disk| disk.freeze_after_completions(0));
+    let mut out = Vec::new();
+    for (tag, object) in [(1, a), (2, b)] {
+        engine.submit(tag, Request::Write { object, offset_bytes: 0, data: pattern_buffer(tag, object, 0, 1) });
+        engine.poll(&mut out);
+    }
+    assert_eq!(engine.records_in_flight(), 2);
+    control.apply(|disk| disk.unfreeze());
+    while out.len() < 2 {
+        engine.poll(&mut out);
+        engine.wait();
+    }
+    let geometry = *engine.geometry();
+    let mut disk = common::stop(engine);
+    // As if the power failed with B's record on the media and A's not.
+    let journal = disk.inner.read_written(geometry.journal_offset_bytes, geometry.journal_size_bytes as usize);
+    let a_data = journal.chunks_exact(PAGE_BYTES).position(|page| page == page_pattern(1, a, 0)).expect("A's data");
+    let a_header_at = geometry.journal_offset_bytes + ((a_data - 1) * PAGE_BYTES) as u64;
+    disk.write_durable(a_header_at, &[0; PAGE_BYTES]);
+    // A's record is missing and nothing proves it durable, so B's goes too (a torn tail).
+    let mut engine = Engine::open(disk, &options).expect("open");
+    for object in [a, b] {
+        assert_eq!(common::read(&mut engine, object, 0, 4096).1, vec![0; PAGE_BYTES], "{object}");
+    }
+    // A record the size of A's takes its seq and its place; B's record would come next.
+    common::write(&mut engine, c, 0, pattern_buffer(3, c, 0, 1));
+    let mut engine = Engine::open(common::stop(engine), &options).expect("open");
+    assert_eq!(common::read(&mut engine, c, 0, 4096).1, page_pattern(3, c, 0));
+    assert_eq!(common::read(&mut engine, b, 0, 4096).1, vec![0; PAGE_BYTES], "the dropped record came back");
 }

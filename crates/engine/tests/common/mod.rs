@@ -35,12 +35,15 @@ pub fn sim_disk(options: SimDiskOptions) -> SimDisk {
     SimDisk::new(options)
 }
 
-/// A small metadata cache, so cache misses and evictions happen in tests too, and small
-/// journal records, so a batch of writes goes out as several records in flight at once.
+/// A small metadata cache, so cache misses and evictions happen in tests too; small journal
+/// records, so a batch of writes goes out as several records in flight at once; and room for
+/// only a few records' data in RAM, so the flusher copies some pages from RAM and reads the
+/// others back from the journal.
 pub fn engine_options() -> EngineOptions {
     EngineOptions {
         meta_cache_bytes: 16 * PAGE_BYTES,
-        record_split_bytes: 2 * PAGE_BYTES as u32,
+        record_min_bytes_in_flight: 2 * PAGE_BYTES as u32,
+        record_data_cache_bytes: 16 * PAGE_BYTES,
         ..EngineOptions::default()
     }
 }
@@ -193,6 +196,10 @@ pub struct CrashDisk {
     /// Writes submitted and not yet reaped, by request id.
     in_flight_writes: BTreeMap<u64, (u64, Vec<u8>)>,
     reaped: Vec<DiskCompletion>,
+    /// With `delay_completions`: requests the device finished whose completions are not
+    /// delivered yet (an interrupt that has not arrived).
+    held: Vec<DiskCompletion>,
+    delay_completions: bool,
 }
 
 impl CrashDisk {
@@ -204,11 +211,25 @@ impl CrashDisk {
             rng: SmallRng::seed_from_u64(seed ^ 0x7ea2_1f11),
             in_flight_writes: BTreeMap::new(),
             reaped: Vec::new(),
+            held: Vec::new(),
+            delay_completions: false,
         }
+    }
+
+    /// Delivers each finished request's completion only at a later `reap` (each call delivers
+    /// every held completion with probability 1/2, so they also arrive out of order). A caller
+    /// then submits more while earlier requests it thinks in flight are already done.
+    pub fn delay_completions(&mut self, enabled: bool) {
+        self.delay_completions = enabled;
     }
 
     pub fn is_frozen(&self) -> bool {
         self.inner.is_frozen()
+    }
+
+    /// The simulated disk underneath, once no engine owns this one.
+    pub fn into_inner(self) -> SimDisk {
+        self.inner
     }
 
     /// A handle that changes this disk (freezes, injected errors) while an engine owns it.
@@ -228,6 +249,8 @@ impl CrashDisk {
     pub fn crash(&mut self) {
         // A freeze armed but not applied yet must not hit the next engine's open.
         self.control.0.borrow_mut().clear();
+        // Held completions belong to requests the device executed: not in flight.
+        self.held.clear();
         // Completions already made belong to requests the device executed: not in flight.
         self.inner.freeze_after_completions(0);
         let mut done = Vec::new();
@@ -262,7 +285,8 @@ impl CrashDisk {
         }
     }
 
-    fn write_durable(&mut self, offset_bytes: u64, bytes: &[u8]) {
+    /// Writes `bytes` straight to the media, durable at once (a test shaping what a crash left).
+    pub fn write_durable(&mut self, offset_bytes: u64, bytes: &[u8]) {
         for (op, buffer) in [(DiskOp::Write, AlignedBuffer::from_slice(bytes)), (DiskOp::Flush, AlignedBuffer::empty())]
         {
             assert_eq!(self.inner.in_flight_count(), 0);
@@ -300,17 +324,32 @@ impl Disk for CrashDisk {
         self.inner.reap(&mut self.reaped);
         for completion in self.reaped.drain(..) {
             self.in_flight_writes.remove(&completion.id);
-            completions.push(completion);
+            if self.delay_completions {
+                self.held.push(completion);
+            } else {
+                completions.push(completion);
+            }
+        }
+        // A frozen device delivers nothing more, late completions included.
+        let mut index = if self.inner.is_frozen() { self.held.len() } else { 0 };
+        while index < self.held.len() {
+            if self.rng.gen_bool(0.5) {
+                completions.push(self.held.remove(index));
+            } else {
+                index += 1;
+            }
         }
     }
 
     fn wait(&mut self) {
         self.apply_control();
-        self.inner.wait();
+        if self.held.is_empty() {
+            self.inner.wait();
+        }
     }
 
     fn in_flight_count(&self) -> usize {
-        self.inner.in_flight_count()
+        self.inner.in_flight_count() + self.held.len()
     }
 }
 
