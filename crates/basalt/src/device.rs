@@ -7,13 +7,14 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
+use std::ops::Range;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 use anyhow::{bail, Context};
 use engine::layout::{Geometry, Superblock, SuperblockError, SUPERBLOCK_MAGIC, SUPERBLOCK_SIZE_BYTES};
-use engine::{Engine, EngineOptions, FormatOptions, OpenError};
-use platform::{Disk, DiskCompletion, DiskRequest};
+use engine::{AlignedBuffer, Engine, EngineOptions, FormatOptions, OpenError};
+use platform::{Disk, DiskCompletion, DiskOp, DiskRequest};
 use platform_linux::{UringDisk, UringOptions};
 
 use crate::size::format_bytes;
@@ -190,8 +191,12 @@ pub fn prepare(path: &Path, size_bytes: Option<u64>, sparse: bool) -> anyhow::Re
 
 fn size_file(path: &Path, size_bytes: u64, sparse: bool) -> anyhow::Result<()> {
     if !sparse {
-        // Allocates every block up front, as a real drive has them.
-        return Ok(UringDisk::create_file(path, size_bytes)?);
+        // Every block allocated and written, as a real drive has them: a block that was only
+        // fallocated is "unwritten" to the filesystem, and the first write to it changes
+        // metadata, which makes the flush after it commit the filesystem's journal.
+        let old_size_bytes = std::fs::metadata(path).map(|metadata| metadata.len()).unwrap_or(0);
+        UringDisk::create_file(path, size_bytes)?;
+        return write_zeros(path, old_size_bytes / 4096 * 4096..size_bytes / 4096 * 4096);
     }
     let file = OpenOptions::new()
         .write(true)
@@ -223,12 +228,73 @@ pub fn format(
     object_size_bytes: u64,
     journal_size_bytes: Option<u64>,
 ) -> anyhow::Result<Superblock> {
+    if std::fs::metadata(path).is_ok_and(|metadata| metadata.is_file()) {
+        // The journal is written on every client write, so its blocks must not be holes or
+        // unwritten extents of the file: see `size_file`. The data area of a sparse file fills
+        // in as the flusher and whole-object writes reach it.
+        let geometry = Geometry::compute(size_bytes, object_size_bytes, journal_size_bytes)?;
+        let journal_start_bytes = geometry.journal_offset_bytes;
+        write_zeros(path, journal_start_bytes..journal_start_bytes + geometry.journal_size_bytes)?;
+    }
     let disk = open_disk(path, UringOptions::default())?;
     let disk = SizedDisk { inner: disk, size_bytes };
     let options = FormatOptions { object_size_bytes, journal_size_bytes, nonce: random_nonce()? };
     let mut disk = Engine::format(disk, &options).with_context(|| format!("cannot format {}", path.display()))?;
     Engine::probe(&mut disk)
         .with_context(|| format!("cannot read back the superblock just written to {}", path.display()))
+}
+
+/// Writes zeros over `range` of `path` (page-aligned) with direct i/o, 1 MiB at a time and
+/// several in flight, then flushes.
+pub fn write_zeros(path: &Path, range: Range<u64>) -> anyhow::Result<()> {
+    const CHUNK_BYTES: u64 = 1 << 20;
+    const QUEUE_DEPTH: usize = 16;
+    let mut disk = open_disk(path, UringOptions { queue_depth: 64, spin_before_wait_us: 0 })?;
+    let mut offset_bytes = range.start;
+    let mut next_id = 0u64;
+    let mut in_flight_count = 0usize;
+    let mut flushed = false;
+    let mut buffers = Vec::new();
+    let mut completions = Vec::new();
+    loop {
+        while in_flight_count < QUEUE_DEPTH && offset_bytes < range.end {
+            let length_bytes = CHUNK_BYTES.min(range.end - offset_bytes);
+            let buffer = match buffers.pop() {
+                Some(buffer) if length_bytes == CHUNK_BYTES => buffer,
+                _ => AlignedBuffer::zeroed(usize::try_from(length_bytes).expect("at most 1 MiB")),
+            };
+            disk.submit(DiskRequest { id: next_id, op: DiskOp::Write, offset_bytes, buffer });
+            next_id += 1;
+            offset_bytes += length_bytes;
+            in_flight_count += 1;
+        }
+        if in_flight_count == 0 {
+            if flushed {
+                return Ok(());
+            }
+            disk.submit(DiskRequest {
+                id: next_id,
+                op: DiskOp::Flush,
+                offset_bytes: 0,
+                buffer: AlignedBuffer::empty(),
+            });
+            in_flight_count += 1;
+            flushed = true;
+            continue;
+        }
+        disk.reap(&mut completions);
+        if completions.is_empty() {
+            disk.wait();
+            continue;
+        }
+        for completion in completions.drain(..) {
+            in_flight_count -= 1;
+            completion.result.with_context(|| format!("writing zeros to {} failed", path.display()))?;
+            if completion.buffer.len() as u64 == CHUNK_BYTES {
+                buffers.push(completion.buffer);
+            }
+        }
+    }
 }
 
 /// Opens the engine at `path` (rebuilding its index and replaying its journal).

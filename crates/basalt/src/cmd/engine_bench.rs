@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context};
 use engine::{AlignedBuffer, Engine, ObjectId, Request, OBJECT_SIZE_DEFAULT_BYTES};
-use platform::{Disk, DiskOp, DiskRequest};
+
 use platform_linux::{UringDisk, UringOptions};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -45,7 +45,6 @@ const BENCH_INODE: u64 = 1;
 /// Share of the data blocks the region uses, in percent.
 const REGION_PERCENT: u64 = 90;
 const PRECONDITION_QUEUE_DEPTH: usize = 16;
-const LAYOUT_QUEUE_DEPTH: usize = 16;
 /// Ring entries: room for the deepest workload's requests plus the flusher's.
 const RING_QUEUE_DEPTH: u32 = 512;
 
@@ -203,7 +202,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
 
     if !prepared.is_block_device {
         let started = Instant::now();
-        lay_out(path, size_bytes)?;
+        device::write_zeros(path, 0..size_bytes)?;
         global.say(format_args!(
             "laid out {} of {} in {:.1} s (untimed)",
             format_bytes(size_bytes),
@@ -314,56 +313,6 @@ fn flush_journal(engine: &mut Engine<UringDisk>, path: &Path) -> anyhow::Result<
     match engine.poisoned() {
         Some(reason) => bail!("the engine at {} stopped after a failed write: {reason}", path.display()),
         None => Ok(()),
-    }
-}
-
-/// Writes zeros over the first `size_bytes` of `path` with direct i/o, then flushes.
-fn lay_out(path: &Path, size_bytes: u64) -> anyhow::Result<()> {
-    let mut disk = device::open_disk(path, UringOptions { queue_depth: 64, spin_before_wait_us: 0 })?;
-    let mut offset_bytes = 0u64;
-    let mut next_id = 0u64;
-    let mut in_flight_count = 0usize;
-    let mut flushed = false;
-    let mut buffers = Vec::new();
-    let mut completions = Vec::new();
-    loop {
-        while in_flight_count < LAYOUT_QUEUE_DEPTH && offset_bytes < size_bytes {
-            let length_bytes = MIB.min(size_bytes - offset_bytes);
-            let buffer = match buffers.pop() {
-                Some(buffer) if length_bytes == MIB => buffer,
-                _ => AlignedBuffer::zeroed(usize::try_from(length_bytes).expect("at most 1 MiB")),
-            };
-            disk.submit(DiskRequest { id: next_id, op: DiskOp::Write, offset_bytes, buffer });
-            next_id += 1;
-            offset_bytes += length_bytes;
-            in_flight_count += 1;
-        }
-        if in_flight_count == 0 {
-            if flushed {
-                return Ok(());
-            }
-            disk.submit(DiskRequest {
-                id: next_id,
-                op: DiskOp::Flush,
-                offset_bytes: 0,
-                buffer: AlignedBuffer::empty(),
-            });
-            in_flight_count += 1;
-            flushed = true;
-            continue;
-        }
-        disk.reap(&mut completions);
-        if completions.is_empty() {
-            disk.wait();
-            continue;
-        }
-        for completion in completions.drain(..) {
-            in_flight_count -= 1;
-            completion.result.with_context(|| format!("laying out {} failed", path.display()))?;
-            if completion.buffer.len() as u64 == MIB {
-                buffers.push(completion.buffer);
-            }
-        }
     }
 }
 
