@@ -49,6 +49,9 @@ struct Handle {
 
 struct Shared {
     link: Arc<Link>,
+    /// Calls may coalesce their sends: only on a `current_thread` runtime, where the writer
+    /// task runs on this thread after the tasks already woken.
+    coalesce: bool,
     pending: Mutex<Pending>,
     /// Wakes calls waiting for a slot when the table was full, and all of them on close.
     slot_freed: Notify,
@@ -96,8 +99,10 @@ impl Connection {
     /// Must be called inside a tokio runtime.
     pub fn from_stream(stream: TcpStream, peer: &str) -> Connection {
         let link = Link::new(stream, Arc::from(peer));
+        let flavor = tokio::runtime::Handle::current().runtime_flavor();
         let shared = Arc::new(Shared {
             link: link.clone(),
+            coalesce: flavor == tokio::runtime::RuntimeFlavor::CurrentThread,
             pending: Mutex::new(Pending { slots: Vec::new(), free: Vec::new(), closed: None }),
             slot_freed: Notify::new(),
         });
@@ -112,9 +117,12 @@ impl Connection {
     /// ignored); the request may still have reached the peer.
     pub async fn call(&self, epoch: u64, request: Request) -> Result<Reply, NetError> {
         let shared = &self.handle.shared;
-        let request_id = shared.reserve().await?;
+        let (request_id, calls_in_flight) = shared.reserve().await?;
         let mut guard = SlotGuard { shared, request_id, armed: true };
-        shared.link.send(&Frame::request(request_id, epoch, request)).await?;
+        // A lone call goes out at once; with others in flight their replies arrive in bursts,
+        // and the calls that follow them share one write (see `Link::send`).
+        let coalesce = shared.coalesce && calls_in_flight > 1;
+        shared.link.send(&Frame::request(request_id, epoch, request), coalesce).await?;
         let reply = poll_fn(|cx| shared.poll_reply(request_id, cx.waker())).await;
         guard.armed = false;
         reply
@@ -169,8 +177,9 @@ impl Shared {
         self.pending.lock().expect("pending table lock poisoned")
     }
 
-    /// Takes a free slot, waiting while all `CALLS_IN_FLIGHT_MAX` are in use.
-    async fn reserve(&self) -> Result<u64, NetError> {
+    /// Takes a free slot, waiting while all `CALLS_IN_FLIGHT_MAX` are in use. Returns its
+    /// request id and the number of calls in flight, this one included.
+    async fn reserve(&self) -> Result<(u64, usize), NetError> {
         loop {
             let notified = self.slot_freed.notified();
             {
@@ -179,16 +188,17 @@ impl Shared {
                     return Err(error.clone());
                 }
                 if let Some(index) = pending.free.pop() {
+                    let in_flight = pending.slots.len() - pending.free.len();
                     let slot = &mut pending.slots[index as usize];
                     assert!(matches!(slot.state, SlotState::Free));
                     slot.state = SlotState::Waiting(None);
-                    return Ok(request_id(index, slot.generation));
+                    return Ok((request_id(index, slot.generation), in_flight));
                 }
                 if pending.slots.len() < CALLS_IN_FLIGHT_MAX {
                     // Cannot truncate: bounded by `CALLS_IN_FLIGHT_MAX`, asserted to fit in `u32`.
                     let index = pending.slots.len() as u32;
                     pending.slots.push(Slot { generation: 0, state: SlotState::Waiting(None) });
-                    return Ok(request_id(index, 0));
+                    return Ok((request_id(index, 0), pending.slots.len() - pending.free.len()));
                 }
             }
             // A release stores a permit if no call waits yet, so this wait cannot miss it.

@@ -6,6 +6,8 @@
 //! thread. If the socket would block, the rest stays queued and a writer task is spawned that
 //! waits for the socket to become writable; frames sent meanwhile are appended to the buffer
 //! and leave with it in one write. The buffer is empty exactly when no writer task is active.
+//! A sender may also ask to coalesce: the first frame then waits in the buffer for a writer
+//! task spawned at once, so frames other tasks on the thread send meanwhile share its write.
 //!
 //! Closing: the first reason wins. Closing shuts the socket down in both directions, which
 //! wakes the reader (end of stream) and the writer task (the socket reports writable), and
@@ -80,16 +82,22 @@ impl Link {
     }
 
     /// Sends `frame`, first waiting while the queue holds `SEND_QUEUE_BYTES_MAX` or more.
-    pub(crate) async fn send(self: &Arc<Self>, frame: &Frame) -> Result<(), NetError> {
-        while !self.enqueue(frame, true)? {
+    ///
+    /// With `coalesce`, an idle socket is not written at once: a writer task is spawned and
+    /// frames other tasks send before it runs leave with this one in a single write. Worth it
+    /// only on a `current_thread` runtime (the task runs after the tasks already woken on this
+    /// thread, not on another worker) and when more frames are likely to follow soon.
+    pub(crate) async fn send(self: &Arc<Self>, frame: &Frame, coalesce: bool) -> Result<(), NetError> {
+        while !self.enqueue(std::slice::from_ref(frame), true, coalesce)? {
             self.wait_for_room().await?;
         }
         Ok(())
     }
 
-    /// Sends `frame` without waiting, whatever the queue holds.
-    pub(crate) fn send_now(self: &Arc<Self>, frame: &Frame) -> Result<(), NetError> {
-        let sent = self.enqueue(frame, false)?;
+    /// Sends `frames` without waiting, whatever the queue holds, in one write if the socket
+    /// takes them.
+    pub(crate) fn send_now(self: &Arc<Self>, frames: &[&Frame]) -> Result<(), NetError> {
+        let sent = self.enqueue(frames, false, false)?;
         assert!(sent);
         Ok(())
     }
@@ -103,9 +111,14 @@ impl Link {
         }
     }
 
-    /// Encodes `frame` into the queue and writes it now if no writer task is active. Returns
-    /// false, having done nothing, when `bounded` and the queue is full.
-    fn enqueue(self: &Arc<Self>, frame: &Frame, bounded: bool) -> Result<bool, NetError> {
+    /// Encodes `frames` into the queue and, unless `coalesce`, writes them now if no writer
+    /// task is active. Returns false, having done nothing, when `bounded` and the queue is full.
+    fn enqueue<F: std::borrow::Borrow<Frame>>(
+        self: &Arc<Self>,
+        frames: &[F],
+        bounded: bool,
+        coalesce: bool,
+    ) -> Result<bool, NetError> {
         let mut queue = self.lock();
         if let Some(reason) = &queue.close_reason {
             return Err(NetError::Closed { peer: self.peer.clone(), reason: reason.clone() });
@@ -113,12 +126,19 @@ impl Link {
         if bounded && queue.queued_bytes() >= SEND_QUEUE_BYTES_MAX {
             return Ok(false);
         }
-        frame.encode(&mut queue.bytes);
+        for frame in frames {
+            frame.borrow().encode(&mut queue.bytes);
+        }
         if queue.writer_active {
             return Ok(true);
         }
         assert_eq!(queue.written, 0);
-        assert_eq!(queue.bytes.len(), frame.encoded_size_bytes());
+        if coalesce {
+            queue.writer_active = true;
+            drop(queue);
+            tokio::spawn(write_soon(self.clone()));
+            return Ok(true);
+        }
         match self.write_queued(&mut queue) {
             Ok(true) => Ok(true),
             Ok(false) => {
@@ -208,6 +228,14 @@ impl Link {
     }
 }
 
+/// The writer task of a coalesced send: writes what the other tasks queued meanwhile, then
+/// stays on as the writer task if the socket is full.
+async fn write_soon(link: Arc<Link>) {
+    if link.drain_once() {
+        write_when_ready(link).await;
+    }
+}
+
 /// The writer task: drains the queue whenever the socket can take more, then exits.
 async fn write_when_ready(link: Arc<Link>) {
     loop {
@@ -215,12 +243,22 @@ async fn write_when_ready(link: Arc<Link>) {
             link.close(&format!("write failed: {error}"));
             return;
         }
-        let mut queue = link.lock();
-        if queue.close_reason.is_some() {
+        if !link.drain_once() {
             return;
         }
+    }
+}
+
+impl Link {
+    /// One attempt of the writer task to drain the queue. Returns whether it must wait for
+    /// the socket and try again.
+    fn drain_once(&self) -> bool {
+        let mut queue = self.lock();
+        if queue.close_reason.is_some() {
+            return false;
+        }
         let was_full = queue.queued_bytes() >= SEND_QUEUE_BYTES_MAX;
-        match link.write_queued(&mut queue) {
+        match self.write_queued(&mut queue) {
             Ok(drained) => {
                 if drained {
                     queue.writer_active = false;
@@ -228,16 +266,14 @@ async fn write_when_ready(link: Arc<Link>) {
                 let has_room = queue.queued_bytes() < SEND_QUEUE_BYTES_MAX;
                 drop(queue);
                 if was_full && has_room {
-                    link.room.notify_waiters();
+                    self.room.notify_waiters();
                 }
-                if drained {
-                    return;
-                }
+                !drained
             }
             Err(error) => {
                 drop(queue);
-                link.close(&format!("write failed: {error}"));
-                return;
+                self.close(&format!("write failed: {error}"));
+                false
             }
         }
     }

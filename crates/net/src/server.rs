@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use tokio::net::TcpStream;
 use wire::{Body, Frame};
 
@@ -32,7 +33,12 @@ impl FrameSender {
     /// [`ready`](FrameSender::ready) between frames (`serve_connection` does so before it reads
     /// each request). Must be called inside a tokio runtime (a writer task may be spawned).
     pub fn send(&self, frame: &Frame) -> Result<(), NetError> {
-        self.link.send_now(frame)
+        self.link.send_now(&[frame])
+    }
+
+    /// Sends `frames` like [`send`](FrameSender::send), in one write if the socket takes them.
+    pub fn send_all(&self, frames: &[&Frame]) -> Result<(), NetError> {
+        self.link.send_now(frames)
     }
 
     /// Waits until the send queue holds less than `limits::SEND_QUEUE_BYTES_MAX`.
@@ -94,8 +100,15 @@ where
         let reading_allowed = in_flight.len() < REQUESTS_IN_FLIGHT_MAX;
         tokio::select! {
             biased;
-            Some((request_id, reply)) = in_flight.next(), if !in_flight.is_empty() => {
-                send_reply(&sender, request_id, &reply);
+            Some(first) = in_flight.next(), if !in_flight.is_empty() => {
+                // Every reply ready now leaves in one write: one send per wake-up at depth,
+                // not one per reply. (Polling without a waker here is fine: the next round of
+                // the loop polls `in_flight` again with this task's.)
+                let mut ready = vec![first];
+                while let Some(Some(next)) = in_flight.next().now_or_never() {
+                    ready.push(next);
+                }
+                send_replies(&sender, &ready);
             }
             frame = read_request(&mut reader, &sender), if reading_allowed => match frame {
                 Ok(Some(frame)) => match frame.body {
@@ -127,8 +140,8 @@ where
             },
         }
     };
-    while let Some((request_id, reply)) = in_flight.next().await {
-        send_reply(&sender, request_id, &reply);
+    while let Some(finished) = in_flight.next().await {
+        send_replies(&sender, &[finished]);
     }
     outcome
 }
@@ -140,10 +153,13 @@ async fn read_request(reader: &mut FrameReader, sender: &FrameSender) -> Result<
     reader.next().await
 }
 
-fn send_reply(sender: &FrameSender, request_id: u64, reply: &Frame) {
-    assert!(reply.is_reply(), "a handler returned a request frame");
-    assert_eq!(reply.request_id, request_id, "a handler replied under another request id");
-    if let Err(error) = sender.send(reply) {
-        tracing::debug!(%error, request_id, "dropping a reply: the connection is closed");
+fn send_replies(sender: &FrameSender, replies: &[(u64, Frame)]) {
+    for (request_id, reply) in replies {
+        assert!(reply.is_reply(), "a handler returned a request frame");
+        assert_eq!(reply.request_id, *request_id, "a handler replied under another request id");
+    }
+    let frames: Vec<&Frame> = replies.iter().map(|(_, reply)| reply).collect();
+    if let Err(error) = sender.send_all(&frames) {
+        tracing::debug!(%error, replies = frames.len(), "dropping replies: the connection is closed");
     }
 }
