@@ -259,9 +259,27 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     let mut outcomes = Vec::new();
     for workload in workloads {
         global.say(format_args!("running {} ({}s + {}s ramp)", workload.name, args.runtime_s, args.ramp_s));
+        let before = engine.stats();
         let outcome = run_workload(&mut engine, &workload, region, ramp, runtime, &mut rng, &template)
             .with_context(|| format!("workload {} on {} failed", workload.name, path.display()))?;
         flush_journal(&mut engine, path)?;
+        let after = engine.stats();
+        // What the engine did for the workload (ramp and final journal flush included).
+        global.say(format_args!(
+            "{}: {} records of {:.1} entries, {} out of order, {} journal-full waits; flusher: {} jobs, \
+             {} pages in {} writes, {} MiB read back, {} flushes",
+            workload.name,
+            after.records_written - before.records_written,
+            (after.record_entries_written - before.record_entries_written) as f64
+                / (after.records_written - before.records_written).max(1) as f64,
+            after.records_completed_out_of_order - before.records_completed_out_of_order,
+            after.journal_full_waits - before.journal_full_waits,
+            after.flusher_jobs - before.flusher_jobs,
+            after.flusher_pages_copied - before.flusher_pages_copied,
+            after.flusher_copy_writes - before.flusher_copy_writes,
+            (after.flusher_journal_read_bytes - before.flusher_journal_read_bytes) >> 20,
+            after.flusher_barriers - before.flusher_barriers,
+        ));
         if args.json {
             global.say(format_args!("{}: cpu {:.2} s", workload.name, outcome.cpu_s));
         }
