@@ -139,6 +139,22 @@ impl ClusterArgs {
     }
 }
 
+/// How the client library waits for the OSDs' replies.
+#[derive(Debug, clap::Args)]
+pub struct ClientArgs {
+    /// Microseconds a call may poll for its reply instead of sleeping, used only on
+    /// connections whose replies come back within that on average (adaptive polling; 0 = never)
+    #[arg(long = "client-spin-us", value_name = "MICROSECONDS", default_value_t = 250)]
+    pub client_spin_us: u64,
+}
+
+impl ClientArgs {
+    /// Applies to every connection of this process (`client::set_spin_limit`).
+    pub fn apply(&self) {
+        client::set_spin_limit(std::time::Duration::from_micros(self.client_spin_us));
+    }
+}
+
 /// Decodes an API answer into its view type.
 pub fn decode<T: DeserializeOwned>(value: Value) -> anyhow::Result<T> {
     serde_json::from_value(value)

@@ -8,6 +8,7 @@
 mod api_client;
 mod cmd;
 mod device;
+mod gateway;
 mod pipeline;
 mod reaper;
 mod signals;

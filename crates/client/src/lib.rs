@@ -35,6 +35,8 @@ use std::time::Duration;
 
 pub use client::Client;
 pub use error::{ClientError, Operation};
+/// Adaptive polling for replies, process-wide (see `net::set_spin_limit`).
+pub use net::set_spin_limit;
 pub use volume::Volume;
 
 /// The unit of every offset and length: the engine's page, and the block size the NBD gateway

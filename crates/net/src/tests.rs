@@ -119,6 +119,47 @@ async fn serve_connection_answers_concurrent_calls_on_a_current_thread_runtime()
     assert_eq!(reply.response, Response::Failed { opcode: wire::Opcode::Flush, status: Status::Unsupported });
 }
 
+/// Adaptive polling: calls poll for their replies while the connection's round trips average
+/// within the limit, stop once slow replies raise the average, and start again when it falls;
+/// every reply reaches its call either way.
+#[tokio::test]
+async fn calls_poll_for_replies_only_while_they_come_back_fast() {
+    crate::set_spin_limit(Duration::from_millis(2));
+    let (listener, address) = listen().await;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            // Writes answer after 10 ms, everything else at once.
+            tokio::spawn(serve_connection(stream, |frame: Frame| async move {
+                if matches!(frame.body, wire::Body::Request(Request::Write { .. })) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                answer(frame).await
+            }));
+        }
+    });
+    let connection = connect(&address).await.unwrap();
+    assert!(connection.spins(), "a new connection polls");
+    for index in 0..50u64 {
+        expect_read(connection.call(0, read(index * 4096, 4096)).await.unwrap(), index * 4096, 4096);
+    }
+    assert!(connection.spins(), "fast replies keep it polling");
+    for _ in 0..30 {
+        let write = Request::Write { pg: PG, inode: 7, offset_bytes: 0, data: pattern(0, 4096) };
+        assert_eq!(connection.call(0, write).await.unwrap().response, Response::Write);
+    }
+    assert!(!connection.spins(), "10 ms replies switch polling off");
+    for index in 0..100u64 {
+        expect_read(connection.call(0, read(index * 4096, 4096)).await.unwrap(), index * 4096, 4096);
+    }
+    assert!(connection.spins(), "fast replies switch it back on");
+    // Concurrent calls while polling.
+    let calls = (0..64u64).map(|index| {
+        let connection = connection.clone();
+        async move { expect_read(connection.call(0, read(index << 20, 4096)).await.unwrap(), index << 20, 4096) }
+    });
+    futures_util::future::join_all(calls).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_mebibyte_frames_go_both_ways_concurrently() {
     let (listener, address) = listen().await;

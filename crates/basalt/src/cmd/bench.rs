@@ -64,6 +64,8 @@ impl Rw {
 pub struct Args {
     #[command(flatten)]
     pub cluster: crate::api_client::ClusterArgs,
+    #[command(flatten)]
+    pub client: crate::api_client::ClientArgs,
     /// The volume to run on. Writes destroy its data in the region.
     #[arg(long = "volume", value_name = "NAME")]
     pub volume: String,
@@ -134,6 +136,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     ensure!(args.runtime_s > 0, "--runtime must be at least 1 second");
     ensure!(args.threads > 0, "--threads must be at least 1");
     let meta_url = args.cluster.meta_url()?;
+    args.client.apply();
     let runtime = if args.threads == 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
     } else {

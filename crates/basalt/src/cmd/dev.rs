@@ -14,8 +14,9 @@ use anyhow::{bail, Context};
 use meta::MetaStore;
 use mon::stderr_log::{self, Level};
 use mon::{CreatePool, CreateVolume, MonConfig};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
 
+use crate::gateway::{Cluster as GatewayCluster, Gateway};
 use crate::size::{format_bytes, parse_bytes};
 use crate::{device, Global};
 
@@ -48,6 +49,8 @@ pub struct Args {
     /// Microseconds each OSD polls for work before sleeping (trades CPU for latency).
     #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = 0)]
     pub spin_us: u64,
+    #[command(flatten)]
+    pub client: crate::api_client::ClientArgs,
 }
 
 fn parse_volume(text: &str) -> Result<(String, u64), String> {
@@ -57,6 +60,7 @@ fn parse_volume(text: &str) -> Result<(String, u64), String> {
 
 pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     stderr_log::install(if global.quiet { Level::WARN } else { Level::INFO });
+    args.client.apply();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("dev")
@@ -85,7 +89,7 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
         TcpListener::bind(&args.api).await.with_context(|| format!("cannot listen on {} for the API", args.api))?;
     let api_address = api_listener.local_addr()?;
     let client = client::Client::with_store(store.clone()).await.context("cannot start the client library")?;
-    let reaper: Arc<dyn mon::VolumeReaper> = Arc::new(crate::reaper::ClientReaper::new(client.clone()));
+    let reaper: Arc<dyn mon::VolumeReaper> = Arc::new(crate::reaper::ClientReaper::new(client));
     let mut config = MonConfig::new("dev", meta_url.clone());
     // The OSDs below are the only ones: no need to wait for absent ones after a restart.
     config.liveness_grace = Duration::from_secs(2);
@@ -135,21 +139,11 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
     }
     wait_for_pg_tables(store.as_ref()).await?;
 
-    let server = nbd::Server::new(Arc::new(nbd::ClusterExports::new(client)));
-    let nbd_listener =
-        TcpListener::bind(&args.nbd).await.with_context(|| format!("cannot listen on {} for NBD", args.nbd))?;
-    let nbd_address = nbd_listener.local_addr()?;
-    let mut serving = tokio::task::JoinSet::new();
-    {
-        let server = server.clone();
-        serving.spawn(async move { server.serve_tcp(nbd_listener).await });
-    }
-    if let Some(path) = &args.unix {
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
-        let server = server.clone();
-        serving.spawn(async move { server.serve_unix(listener).await });
-    }
+    let gateway = {
+        let (store, listen, unix) = (store.clone(), args.nbd.clone(), args.unix.clone());
+        tokio::task::spawn_blocking(move || Gateway::start(GatewayCluster::Store(store), listen, unix)).await??
+    };
+    let nbd_address = gateway.address();
     let first_volume = volumes.first().map_or("vol0".to_string(), |(name, _)| name.clone());
     println!(
         "basalt dev ready: nbd://{nbd_address}/{first_volume} api=http://{api_address} meta={meta_url} osds={} data={}",
@@ -160,8 +154,7 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
     crate::signals::shutdown_requested().await;
     let started = Instant::now();
     global.say("stopping");
-    server.shutdown();
-    let _ = tokio::time::timeout(Duration::from_secs(2), async { while serving.join_next().await.is_some() {} }).await;
+    tokio::task::spawn_blocking(move || gateway.stop()).await?;
     // OSDs stop in parallel: each finishes its ops, revokes its lease and flushes its journal.
     let stopping: Vec<_> =
         osds.into_iter().map(|osd| tokio::task::spawn_blocking(move || osd.stop(osd::Stop::Graceful))).collect();
