@@ -149,9 +149,13 @@ pub struct ClientArgs {
 }
 
 impl ClientArgs {
-    /// Applies to every connection of this process (`client::set_spin_limit`).
-    pub fn apply(&self) {
-        client::set_spin_limit(std::time::Duration::from_micros(self.client_spin_us));
+    pub fn spin_limit(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.client_spin_us)
+    }
+
+    /// Client library options with these settings.
+    pub fn options(&self) -> client::ClientOptions {
+        client::ClientOptions { spin_limit: self.spin_limit(), ..client::ClientOptions::default() }
     }
 }
 

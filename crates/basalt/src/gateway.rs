@@ -35,8 +35,14 @@ pub struct Gateway {
 
 impl Gateway {
     /// Starts the gateway thread, connects the client and binds `listen` (and `unix`, if
-    /// given); returns once it serves, or with the reason it cannot.
-    pub fn start(cluster: Cluster, listen: String, unix: Option<PathBuf>) -> anyhow::Result<Gateway> {
+    /// given); returns once it serves, or with the reason it cannot. `spin_limit` bounds the
+    /// adaptive polling of the client's calls and of idle NBD connections (zero: none).
+    pub fn start(
+        cluster: Cluster,
+        spin_limit: Duration,
+        listen: String,
+        unix: Option<PathBuf>,
+    ) -> anyhow::Result<Gateway> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<SocketAddr>>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -49,7 +55,7 @@ impl Gateway {
                         return;
                     }
                 };
-                runtime.block_on(serve(cluster, listen, unix, ready_tx, stop_rx));
+                runtime.block_on(serve(cluster, spin_limit, listen, unix, ready_tx, stop_rx));
             })
             .context("cannot start the gateway thread")?;
         let address = match ready_rx.recv() {
@@ -95,21 +101,23 @@ impl Drop for Gateway {
 
 async fn serve(
     cluster: Cluster,
+    spin_limit: Duration,
     listen: String,
     unix: Option<PathBuf>,
     ready: std::sync::mpsc::Sender<anyhow::Result<SocketAddr>>,
     stop: oneshot::Receiver<()>,
 ) {
     let started = async {
+        let options = client::ClientOptions { spin_limit, ..client::ClientOptions::default() };
         let client = match cluster {
-            Cluster::Url(url) => client::Client::connect(&url)
+            Cluster::Url(url) => client::Client::connect_with(&url, options)
                 .await
                 .with_context(|| format!("cannot reach the metadata store at {url}"))?,
-            Cluster::Store(store) => {
-                client::Client::with_store(store).await.context("cannot start the client library")?
-            }
+            Cluster::Store(store) => client::Client::with_store_and_options(store, options)
+                .await
+                .context("cannot start the client library")?,
         };
-        let server = nbd::Server::new(Arc::new(nbd::ClusterExports::new(client)));
+        let server = nbd::Server::with_idle_poll(Arc::new(nbd::ClusterExports::new(client)), spin_limit);
         let listener =
             TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen} for NBD"))?;
         let address = listener.local_addr()?;

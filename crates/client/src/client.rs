@@ -143,11 +143,15 @@ impl Client {
             }
         };
         let connect_timeout = self.inner.options.connect_timeout;
+        let spin_limit = self.inner.options.spin_limit;
         let connection = cell
             .get_or_try_init(|| async {
                 let timeout = connect_timeout.min(deadline.saturating_duration_since(Instant::now()));
                 match tokio::time::timeout(timeout, net::connect(address)).await {
-                    Ok(Ok(connection)) => Ok(connection),
+                    Ok(Ok(connection)) => {
+                        connection.set_spin_limit(spin_limit);
+                        Ok(connection)
+                    }
                     Ok(Err(error)) => Err(ConnectError { reason: error.to_string() }),
                     Err(_) => Err(ConnectError {
                         reason: format!("cannot connect to {address}: no answer within {} ms", timeout.as_millis()),

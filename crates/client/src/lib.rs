@@ -35,8 +35,6 @@ use std::time::Duration;
 
 pub use client::Client;
 pub use error::{ClientError, Operation};
-/// Adaptive polling for replies, process-wide (see `net::set_spin_limit`).
-pub use net::set_spin_limit;
 pub use volume::Volume;
 
 /// The unit of every offset and length: the engine's page, and the block size the NBD gateway
@@ -61,6 +59,10 @@ pub struct ClientOptions {
     pub retry_backoff_max: Duration,
     /// How long opening a connection to an OSD may take.
     pub connect_timeout: Duration,
+    /// How long a call may poll for its reply instead of sleeping, on connections whose round
+    /// trips average within it (adaptive polling, `net::Connection::set_spin_limit`); zero
+    /// never polls. Polls only on a `current_thread` runtime.
+    pub spin_limit: Duration,
 }
 
 impl Default for ClientOptions {
@@ -70,6 +72,7 @@ impl Default for ClientOptions {
             retry_backoff_min: Duration::from_millis(1),
             retry_backoff_max: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(3),
+            spin_limit: Duration::ZERO,
         }
     }
 }

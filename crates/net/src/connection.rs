@@ -24,16 +24,6 @@ use crate::limits::CALLS_IN_FLIGHT_MAX;
 use crate::link::{FrameReader, Link};
 use crate::NetError;
 
-/// The longest a call polls for its reply before sleeping; zero (the default) never polls.
-static SPIN_LIMIT_NS: AtomicU64 = AtomicU64::new(0);
-
-/// Lets calls on connections made on a `current_thread` runtime poll for their replies for up
-/// to `limit` instead of sleeping, on connections whose round trips average within `limit`
-/// (adaptive polling; see `Shared::spin_budget`). Process-wide; zero turns it off.
-pub fn set_spin_limit(limit: Duration) {
-    SPIN_LIMIT_NS.store(u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
-}
-
 /// A reply: the responder's PG epoch (for `WrongEpoch`, its current one) and the response,
 /// which is `Response::Failed { status, .. }` when the status is not `Ok`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +57,8 @@ struct Shared {
     same_thread: bool,
     /// Moving average of the calls' round trips, in nanoseconds (see `spin_budget`).
     latency_average_ns: AtomicU64,
+    /// See `Connection::set_spin_limit`; zero (the default) never polls.
+    spin_limit_ns: AtomicU64,
     pending: Mutex<Pending>,
     /// Wakes calls waiting for a slot when the table was full, and all of them on close.
     slot_freed: Notify,
@@ -119,6 +111,7 @@ impl Connection {
             link: link.clone(),
             same_thread: flavor == tokio::runtime::RuntimeFlavor::CurrentThread,
             latency_average_ns: AtomicU64::new(0),
+            spin_limit_ns: AtomicU64::new(0),
             pending: Mutex::new(Pending { slots: Vec::new(), free: Vec::new(), closed: None }),
             slot_freed: Notify::new(),
         });
@@ -162,6 +155,15 @@ impl Connection {
         guard.armed = false;
         shared.record_latency(sent.elapsed());
         reply
+    }
+
+    /// Lets calls on this connection poll for their replies for up to `limit` instead of
+    /// sleeping, while its round trips average within `limit` (adaptive polling; see
+    /// `Shared::spin_budget`). Only on a connection made on a `current_thread` runtime, where
+    /// a yield polls the sockets; zero (the default) turns it off.
+    pub fn set_spin_limit(&self, limit: Duration) {
+        let limit_ns = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
+        self.handle.shared.spin_limit_ns.store(limit_ns, Ordering::Relaxed);
     }
 
     /// Whether a call made now would poll for its reply before sleeping.
@@ -216,12 +218,12 @@ impl Drop for SlotGuard<'_> {
 
 impl Shared {
     /// How long a call may poll for its reply before it lets the thread sleep: the spin limit
-    /// (`set_spin_limit`) while this connection's calls come back within it on average, zero
+    /// (`Connection::set_spin_limit`) while this connection's calls come back within it on average, zero
     /// otherwise. A wake-up costs tens of microseconds on the machines measured, so a reply
     /// expected within the limit is cheaper to catch awake; a slower one (a replicated write)
     /// would burn CPU the peers on the same cores need.
     fn spin_budget(&self) -> Duration {
-        let limit_ns = SPIN_LIMIT_NS.load(Ordering::Relaxed);
+        let limit_ns = self.spin_limit_ns.load(Ordering::Relaxed);
         if !self.same_thread || limit_ns == 0 || self.latency_average_ns.load(Ordering::Relaxed) > limit_ns {
             return Duration::ZERO;
         }

@@ -24,7 +24,7 @@ mod server;
 
 use std::sync::Arc;
 
-pub use connection::{connect, set_spin_limit, Connection, Reply};
+pub use connection::{connect, Connection, Reply};
 pub use server::{serve_connection, split, FrameReader, FrameSender};
 
 /// Why a connection could not be opened, or why an operation on it failed.

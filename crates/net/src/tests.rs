@@ -124,7 +124,6 @@ async fn serve_connection_answers_concurrent_calls_on_a_current_thread_runtime()
 /// every reply reaches its call either way.
 #[tokio::test]
 async fn calls_poll_for_replies_only_while_they_come_back_fast() {
-    crate::set_spin_limit(Duration::from_millis(2));
     let (listener, address) = listen().await;
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -138,6 +137,8 @@ async fn calls_poll_for_replies_only_while_they_come_back_fast() {
         }
     });
     let connection = connect(&address).await.unwrap();
+    assert!(!connection.spins(), "polling is off by default");
+    connection.set_spin_limit(Duration::from_millis(2));
     assert!(connection.spins(), "a new connection polls");
     for index in 0..50u64 {
         expect_read(connection.call(0, read(index * 4096, 4096)).await.unwrap(), index * 4096, 4096);

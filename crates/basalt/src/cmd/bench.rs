@@ -136,7 +136,6 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     ensure!(args.runtime_s > 0, "--runtime must be at least 1 second");
     ensure!(args.threads > 0, "--threads must be at least 1");
     let meta_url = args.cluster.meta_url()?;
-    args.client.apply();
     let runtime = if args.threads == 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
     } else {
@@ -173,8 +172,9 @@ fn workload_name(rw: Rw, block_size_bytes: u64, queue_depth: usize) -> String {
 }
 
 async fn run_workload(global: Global, args: &Args, meta_url: &str) -> anyhow::Result<Outcome> {
-    let client =
-        Client::connect(meta_url).await.with_context(|| format!("cannot reach the metadata store at {meta_url}"))?;
+    let client = Client::connect_with(meta_url, args.client.options())
+        .await
+        .with_context(|| format!("cannot reach the metadata store at {meta_url}"))?;
     let volume = client.open_volume(&args.volume).await?;
     let block_size_bytes = args.block_size_bytes;
     let size_bytes = volume.size_bytes();

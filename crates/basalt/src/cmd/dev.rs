@@ -60,7 +60,6 @@ fn parse_volume(text: &str) -> Result<(String, u64), String> {
 
 pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     stderr_log::install(if global.quiet { Level::WARN } else { Level::INFO });
-    args.client.apply();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("dev")
@@ -141,7 +140,9 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
 
     let gateway = {
         let (store, listen, unix) = (store.clone(), args.nbd.clone(), args.unix.clone());
-        tokio::task::spawn_blocking(move || Gateway::start(GatewayCluster::Store(store), listen, unix)).await??
+        let spin_limit = args.client.spin_limit();
+        tokio::task::spawn_blocking(move || Gateway::start(GatewayCluster::Store(store), spin_limit, listen, unix))
+            .await??
     };
     let nbd_address = gateway.address();
     let first_volume = volumes.first().map_or("vol0".to_string(), |(name, _)| name.clone());

@@ -204,9 +204,17 @@ pub(crate) fn standard_exports() -> Arc<MemoryExports> {
 
 /// Starts a server on an ephemeral loopback port; returns it and its address.
 pub(crate) async fn start(exports: Arc<MemoryExports>) -> (Server<MemoryExports>, std::net::SocketAddr) {
+    start_with_idle_poll(exports, Duration::ZERO).await
+}
+
+/// `start` with `Server::with_idle_poll`.
+pub(crate) async fn start_with_idle_poll(
+    exports: Arc<MemoryExports>,
+    idle_poll: Duration,
+) -> (Server<MemoryExports>, std::net::SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let server = Server::new(exports);
+    let server = Server::with_idle_poll(exports, idle_poll);
     tokio::spawn({
         let server = server.clone();
         async move { server.serve_tcp(listener).await }

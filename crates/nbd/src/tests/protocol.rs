@@ -218,6 +218,47 @@ async fn every_command_with_structured_replies() {
     assert_eq!(export.stored_pages(), stored);
 }
 
+/// A server that polls idle connections for the next request serves exactly as one that
+/// sleeps: requests at queue depth 1, pauses long enough to switch polling off (and quick
+/// requests that switch it back on), a request that arrives in two parts while it polls, and a
+/// disconnect while it polls.
+#[tokio::test]
+async fn idle_polling_serves_like_sleeping() {
+    let exports = standard_exports();
+    let (_server, address) = start_with_idle_poll(exports.clone(), Duration::from_millis(2)).await;
+    let mut client = RawClient::connect(address, FIXED_NO_ZEROES).await;
+    client.go_structured("vol").await;
+    for round in 0..300u64 {
+        let offset_bytes = (round % 64) * 4096;
+        let data = pattern(offset_bytes, 4096, round as u8);
+        assert_eq!(client.write(offset_bytes, &data).await.errno, 0);
+        assert_eq!(client.read(offset_bytes, 4096).await.data, data);
+        if round % 100 == 50 {
+            // Longer than the limit: the next gaps average above it for a while.
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+    // A read request whose header arrives in two writes.
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    bytes.extend_from_slice(&0u16.to_be_bytes());
+    bytes.extend_from_slice(&CMD_READ.to_be_bytes());
+    bytes.extend_from_slice(&7u64.to_be_bytes());
+    bytes.extend_from_slice(&0u64.to_be_bytes());
+    bytes.extend_from_slice(&4096u32.to_be_bytes());
+    client.stream.write_all(&bytes[..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_micros(500)).await;
+    client.stream.write_all(&bytes[10..]).await.unwrap();
+    let reply = client.read_reply(|_| 4096).await;
+    assert_eq!((reply.handle, reply.errno), (7, 0));
+    // Offset 0 was last written in round 256, with seed 256 as u8.
+    assert_eq!(reply.data, pattern(0, 4096, 256u64 as u8));
+    let stored = exports.get("vol").stored_pages();
+    client.send_request(CMD_DISC, 0, 99, 0, Payload::Length(0)).await;
+    assert!(client.is_closed().await);
+    assert_eq!(exports.get("vol").stored_pages(), stored);
+}
+
 #[tokio::test]
 async fn bad_requests_get_errors_and_the_connection_goes_on() {
     let (_server, address) = start(standard_exports()).await;
