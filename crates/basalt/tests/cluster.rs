@@ -5,7 +5,8 @@
 //! Random data goes through the client library and reads back; every object touched has the
 //! same version and bytes on all three replicas (checked with the OSDs' `ObjectInfo` admin op);
 //! then every process is killed with SIGKILL and restarted, and everything reads back intact;
-//! finally `volume rm` removes the volume and its objects from every replica.
+//! the volume reads back byte for byte through `basalt nbd` (the standalone gateway); finally
+//! `volume rm` removes the volume and its objects from every replica.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -254,6 +255,29 @@ async fn check_removed(map: &cluster::ClusterMap, name: &str, stripes: &BTreeSet
     }
 }
 
+/// `basalt nbd`, the standalone gateway: the volume reads back through it with `nbdcopy`
+/// byte for byte, and SIGTERM stops it cleanly.
+fn nbd_gateway_serves(scratch: &Scratch, meta_url: &str, model: &[u8]) {
+    let mut command = Command::new(BASALT);
+    command.args(["nbd", "--etcd", meta_url, "--listen", "127.0.0.5:10809"]);
+    let mut gateway = Proc::spawn("nbd", scratch.path(), &mut command);
+    let uri = "nbd://127.0.0.5:10809/v1";
+    wait_until(Duration::from_secs(30), "the NBD gateway", || {
+        gateway.assert_running();
+        let probe = Command::new("nbdinfo").args(["--size", uri]).output().expect("run nbdinfo (libnbd-bin)");
+        probe.status.success().then_some(())
+    });
+    let copy = Command::new("nbdcopy").args([uri, "-"]).output().expect("run nbdcopy (libnbd-bin)");
+    assert!(copy.status.success(), "nbdcopy failed: {}", String::from_utf8_lossy(&copy.stderr));
+    assert_eq!(copy.stdout.len(), model.len(), "size of the volume read through the gateway");
+    if let Some(offset) = copy.stdout.iter().zip(model).position(|(read, written)| read != written) {
+        panic!("byte {offset} read through basalt nbd differs from what was written");
+    }
+    let (status, took) = gateway.stop(libc::SIGTERM, Duration::from_secs(10));
+    assert!(status.success(), "basalt nbd exited with {status} on SIGTERM");
+    assert!(took < Duration::from_secs(5), "basalt nbd took {took:?} to stop");
+}
+
 fn run(store: Store) {
     let name = match store {
         Store::Etcd => "cluster-etcd",
@@ -284,6 +308,7 @@ fn run(store: Store) {
             let volume = client.open_volume("v1").await.expect("open v1 after restart");
             read_all(&volume, &model, "after restarting every process").await;
             check_replicas(&meta_url, &volume, &model, &stripes).await;
+            nbd_gateway_serves(&scratch, &meta_url, &model);
             // Removing the volume removes its objects from every replica, in the background.
             let store = cluster::connect(&meta_url).await.expect("connect to the metadata store");
             let before = cluster::ClusterMap::load(store.as_ref()).await.expect("map");
