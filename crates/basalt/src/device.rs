@@ -145,7 +145,8 @@ pub struct Prepared {
 
 /// Creates or grows the file at `path`, or checks the block device, so that `size_bytes`
 /// (default: all of it) can be formatted. `sparse` sizes a new or grown file with `ftruncate`,
-/// so only written pages take space; otherwise `fallocate` reserves every block.
+/// so only written pages take space (`format` writes the journal); otherwise every block is
+/// allocated and written with zeros.
 /// The caller has already decided, with `inspect`, that the contents may be destroyed.
 pub fn prepare(path: &Path, size_bytes: Option<u64>, sparse: bool) -> anyhow::Result<Prepared> {
     let metadata = match std::fs::metadata(path) {

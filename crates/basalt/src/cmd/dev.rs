@@ -28,7 +28,7 @@ pub struct Args {
     /// OSDs to run (each on its own file).
     #[arg(long = "osds", value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub osd_count: u32,
-    /// Size of each OSD's file on first start (sparse: only written data takes space).
+    /// Size of each OSD's file on first start (sparse: only the journal and written data take space).
     #[arg(long = "osd-size", value_name = "SIZE", value_parser = parse_bytes, default_value = "10G")]
     pub osd_size_bytes: u64,
     /// NBD listen address; every volume is an export named after it.

@@ -28,8 +28,8 @@ pub struct Args {
     /// Journal size [default: 1/16 of the device, between 16M and 256M].
     #[arg(long = "journal-size", value_name = "SIZE", value_parser = parse_bytes)]
     pub journal_size_bytes: Option<u64>,
-    /// Create or grow a file with ftruncate (sparse: only written pages take space) instead of
-    /// allocating every block with fallocate.
+    /// Create or grow a file with ftruncate (sparse: only the journal and written pages take
+    /// space) instead of allocating and zeroing every block.
     #[arg(long)]
     pub sparse: bool,
     /// Format even if PATH holds an engine, a filesystem or other data.
