@@ -133,25 +133,17 @@ impl Connection {
         let coalesce = shared.same_thread && calls_in_flight > 1;
         shared.link.send(&Frame::request(request_id, epoch, request), coalesce).await?;
         let sent = Instant::now();
-        let spin = shared.spin_budget();
-        if !spin.is_zero() {
-            // Adaptive polling: replies on this connection have come back within the budget,
-            // so keep the thread awake (yielding lets the runtime poll the sockets without
-            // sleeping) instead of paying a wake-up when this one arrives.
-            let noop = Waker::noop();
-            loop {
-                if let Poll::Ready(reply) = shared.poll_reply(request_id, noop) {
-                    guard.armed = false;
-                    shared.record_latency(sent.elapsed());
-                    return reply;
-                }
-                if sent.elapsed() >= spin {
-                    break;
-                }
-                tokio::task::yield_now().await;
+        // Adaptive polling: while replies on this connection come back within the budget, keep
+        // the thread awake (yielding lets the runtime poll the sockets without sleeping)
+        // instead of paying a wake-up when this one arrives.
+        let spin_until = sent + shared.spin_budget();
+        let reply = loop {
+            match poll_fn(|cx| Poll::Ready(shared.poll_reply(request_id, cx.waker()))).await {
+                Poll::Ready(reply) => break reply,
+                Poll::Pending if Instant::now() < spin_until => tokio::task::yield_now().await,
+                Poll::Pending => break poll_fn(|cx| shared.poll_reply(request_id, cx.waker())).await,
             }
-        }
-        let reply = poll_fn(|cx| shared.poll_reply(request_id, cx.waker())).await;
+        };
         guard.armed = false;
         shared.record_latency(sent.elapsed());
         reply
