@@ -362,6 +362,9 @@ impl<D: Disk> Disk for SizedDisk<D> {
     fn reap(&mut self, completions: &mut Vec<DiskCompletion>) {
         self.inner.reap(completions)
     }
+    fn push(&mut self) {
+        self.inner.push()
+    }
     fn wait(&mut self) {
         self.inner.wait()
     }

@@ -1153,6 +1153,15 @@ impl<D: Disk> Engine<D> {
         out.append(&mut self.completions);
     }
 
+    /// Hands the disk requests queued so far to the device, without reaping. Reads go to the
+    /// disk as they are submitted; writes wait in the open journal record until `poll` seals
+    /// it. A caller that issues requests one at a time as earlier ones complete calls this
+    /// after each, so the device keeps working while the caller goes through a batch of
+    /// completions; one that submits in batches leaves it to `poll`.
+    pub fn push(&mut self) {
+        self.disk.push();
+    }
+
     /// Blocks until the disk has something to report, unless completions are already waiting.
     pub fn wait(&mut self) {
         if self.completions.is_empty() {

@@ -74,6 +74,11 @@ pub trait Disk {
     /// Hands queued requests to the device and moves finished ones into `completions`. Never
     /// blocks.
     fn reap(&mut self, completions: &mut Vec<DiskCompletion>);
+    /// Hands queued requests to the device now, without reaping. Never blocks. Requests reach
+    /// the device at the next `reap` or `wait` anyway; a caller that issues requests one at a
+    /// time as others finish calls this after each, so the device is not left idle while the
+    /// caller works through a batch of completions.
+    fn push(&mut self) {}
     /// Blocks until at least one request has finished, or returns at once if none is in flight.
     fn wait(&mut self);
     /// Number of requests submitted and not yet reaped.
@@ -92,6 +97,9 @@ impl<D: Disk + ?Sized> Disk for Box<D> {
     }
     fn reap(&mut self, completions: &mut Vec<DiskCompletion>) {
         (**self).reap(completions)
+    }
+    fn push(&mut self) {
+        (**self).push()
     }
     fn wait(&mut self) {
         (**self).wait()

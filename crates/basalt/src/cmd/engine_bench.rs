@@ -14,7 +14,8 @@
 //!    stripe = offset / object size; the other 10% keep whole-object (redirect) writes supplied
 //!    with free blocks.
 //! 3. Each workload: keep its queue depth of I/Os in flight from one thread (resubmitting from
-//!    the completion loop) for a 1 s ramp plus `--runtime` seconds; only I/Os issued after the
+//!    the completion loop, each request handed to the kernel as it is issued, as fio does) for
+//!    a 1 s ramp plus `--runtime` seconds; only I/Os issued after the
 //!    ramp and completed before the end count. A 1 MiB I/O is 1 MiB / object size whole-object
 //!    requests issued together, complete when all are. The journal is flushed, untimed, after
 //!    each workload so the next starts clean.
@@ -429,6 +430,9 @@ fn run_workload(
             }
             if now < stop_at {
                 issue(engine, slot_index, &mut slots);
+                // Like fio (iodepth_batch_submit=1), each request goes to the kernel as it is
+                // issued rather than after the whole batch of completions.
+                engine.push();
                 ios_in_flight += 1;
             }
         }
