@@ -6,6 +6,8 @@
 #
 # Usage: scripts/bench-cluster.sh [DIR]        (default /var/tmp; needs fio and jq)
 # Env:   ROUNDS=3  RUNTIME=10  OUT=DIR (keeps the raw results)  OSD_SIZE=2G  SPIN_US=0
+#        LOCAL_SOCKETS=1: each OSD also serves on a Unix socket in DIR, which the bench client and
+#        the other OSDs (all on this machine) use; 0 keeps every connection on TCP (ADR 0013)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-/var/tmp}
@@ -35,8 +37,10 @@ pids+=($!)
 osd_pids=()
 for i in 0 1 2; do
     "$basalt" -q osd init --data "$dir/osd$i.img" --size "${OSD_SIZE:-2G}"
+    local_socket=()
+    [[ "${LOCAL_SOCKETS:-1}" == 1 ]] && local_socket=(--local-socket "$dir/osd$i.sock")
     "$basalt" osd --etcd "basalt://$meta" --data "$dir/osd$i.img" --listen "127.0.0.$((i + 2)):16800" \
-        --host "host$i" --spin-us "${SPIN_US:-0}" >"$out/osd$i.log" 2>&1 &
+        --host "host$i" --spin-us "${SPIN_US:-0}" "${local_socket[@]}" >"$out/osd$i.log" 2>&1 &
     pids+=($!)
     osd_pids+=($!)
 done

@@ -131,7 +131,8 @@ fn register_osds(meta: SocketAddr) {
                 capacity_bytes: 1 << 40,
             };
             store.put(&keys::osd(id), encode(&osd), None).await.expect("put an osd");
-            let live = OsdLiveRecord { version: 1, address: format!("127.0.0.1:{}", 6800 + id), incarnation: 1 };
+            let live =
+                OsdLiveRecord { version: 1, address: format!("127.0.0.1:{}", 6800 + id), incarnation: 1, local: None };
             store.put(&keys::osd_live(id), encode(&live), None).await.expect("put a liveness key");
         }
     });

@@ -7,6 +7,7 @@
 //! The rig scripts live in `../shared/rig` next to the repository (`BASALT_RIG_DIR` overrides);
 //! their Debian packages are installed by `scripts/test.sh`.
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -53,6 +54,12 @@ fn dev_cluster_passes_the_rig_and_survives_sigkill() {
         let data = scratch.join("cluster");
         let logs = scratch.path();
         let mut dev = start_dev(&data, logs, "dev-1");
+        // Each OSD also serves on a Unix socket in the data directory (ADR 0013).
+        let sockets: Vec<PathBuf> = (0..3).map(|index| data.join(format!("osd{index}.sock"))).collect();
+        for socket in &sockets {
+            let kind = std::fs::metadata(socket).map(|metadata| metadata.file_type().is_socket());
+            assert!(matches!(kind, Ok(true)), "{} is not a socket: {kind:?}", socket.display());
+        }
 
         // One instance per directory.
         let second = Command::new(BASALT)
@@ -102,6 +109,11 @@ fn dev_cluster_passes_the_rig_and_survives_sigkill() {
         let (status, took) = dev.stop(libc::SIGTERM, Duration::from_secs(10));
         assert!(status.success(), "basalt dev exited with {status} on SIGTERM");
         assert!(took < Duration::from_secs(5), "basalt dev took {took:?} to stop on SIGTERM");
+        // The killed run left its sockets behind and the restart replaced them; a clean stop
+        // removes them.
+        for socket in &sockets {
+            assert!(!socket.exists(), "{} outlived a clean stop", socket.display());
+        }
     })
     .join()
     .expect("dev test thread");

@@ -137,7 +137,8 @@ mod tests {
         let mut map = ClusterMap::default();
         map.pg_tables.insert(1, PgTableRecord { version: 1, pool: 1, table_epoch: 1, pgs });
         for (osd, address) in live {
-            map.live.insert(*osd, OsdLiveRecord { version: 1, address: address.to_string(), incarnation: 1 });
+            map.live
+                .insert(*osd, OsdLiveRecord { version: 1, address: address.to_string(), incarnation: 1, local: None });
         }
         map
     }

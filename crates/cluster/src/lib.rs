@@ -16,6 +16,6 @@ pub use connect::{connect, MetaUrl};
 pub use layout::{mint_version, object_pg, ObjectRef};
 pub use map::{ClusterMap, MapWatcher, PgState};
 pub use records::{
-    ClusterRecord, Counter, FailureDomainName, LeaderRecord, OsdLiveRecord, OsdRecord, PgHistoryRecord, PgTableRecord,
-    PoolRecord, RecordError, Redundancy, VolumeRecord,
+    machine_id, ClusterRecord, Counter, FailureDomainName, LeaderRecord, LocalSocket, OsdLiveRecord, OsdRecord,
+    PgHistoryRecord, PgTableRecord, PoolRecord, RecordError, Redundancy, VolumeRecord,
 };

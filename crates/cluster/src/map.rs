@@ -14,7 +14,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::keys;
-use crate::records::{decode, OsdLiveRecord, OsdRecord, PgTableRecord, PoolRecord, RecordError, VolumeRecord};
+use crate::records::{
+    decode, machine_id, OsdLiveRecord, OsdRecord, PgTableRecord, PoolRecord, RecordError, VolumeRecord,
+};
 
 /// One PG as the table publishes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +41,8 @@ pub struct ClusterMap {
     pub osds: BTreeMap<u32, OsdRecord>,
     pub live: BTreeMap<u32, OsdLiveRecord>,
     pub volumes: BTreeMap<String, VolumeRecord>,
+    /// `unix:PATH` of the live OSDs whose local socket this process can reach (ADR 0013).
+    local_addresses: BTreeMap<u32, String>,
 }
 
 impl ClusterMap {
@@ -47,9 +51,22 @@ impl ClusterMap {
         Some(PgState { epoch: *epoch, members: members.clone() })
     }
 
-    /// The address of a running OSD.
+    /// Where to reach a running OSD: its local socket when it is on this machine and the
+    /// socket is visible here, its TCP address otherwise.
     pub fn address(&self, osd: u32) -> Option<&str> {
+        if let Some(address) = self.local_addresses.get(&osd) {
+            return Some(address);
+        }
         self.live.get(&osd).map(|live| live.address.as_str())
+    }
+
+    /// Looks again at whether `osd`'s local socket is reachable from this process.
+    fn update_local_address(&mut self, osd: u32) {
+        self.local_addresses.remove(&osd);
+        let Some(local) = self.live.get(&osd).and_then(|live| live.local.as_ref()) else { return };
+        if machine_id() == Some(local.machine.as_str()) && is_socket(&local.path) {
+            self.local_addresses.insert(osd, format!("{UNIX_ADDRESS_PREFIX}{}", local.path));
+        }
     }
 
     pub fn pool_by_name(&self, name: &str) -> Option<&PoolRecord> {
@@ -78,7 +95,9 @@ impl ClusterMap {
         } else if let Some(id) = keys::id_after(keys::OSDS_PREFIX, key) {
             set(&mut self.osds, id, key, value)
         } else if let Some(id) = keys::id_after(keys::OSD_LIVE_PREFIX, key) {
-            set(&mut self.live, id, key, value)
+            let result = set(&mut self.live, id, key, value);
+            self.update_local_address(id);
+            result
         } else if let Some(name) = key.strip_prefix(keys::VOLUMES_PREFIX) {
             set(&mut self.volumes, name.to_string(), key, value)
         } else {
@@ -197,5 +216,60 @@ async fn relist(store: &dyn MetaStore, map: &mut ClusterMap, sender: &watch::Sen
             sender.send_replace(Arc::new(map.clone()));
         }
         Err(error) => tracing::debug!(%error, "cluster map listing failed"),
+    }
+}
+
+/// The prefix of an address that names a Unix socket: `net::UNIX_PREFIX`, which reads it.
+pub const UNIX_ADDRESS_PREFIX: &str = "unix:";
+
+fn is_socket(path: &str) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_socket())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::LocalSocket;
+
+    fn live(local: Option<LocalSocket>) -> Vec<u8> {
+        let record = OsdLiveRecord { version: 1, address: "127.0.0.2:6800".into(), incarnation: 3, local };
+        serde_json::to_vec(&record).unwrap()
+    }
+
+    #[test]
+    fn a_local_socket_is_used_only_on_its_machine_and_while_it_exists() {
+        let dir = std::env::temp_dir().join(format!("basalt-map-local-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("osd.sock");
+        let _ = std::fs::remove_file(&path);
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let path = path.to_str().unwrap().to_string();
+        let here = machine_id().expect("this machine has a boot id").to_string();
+        let key = keys::osd_live(7);
+        let mut map = ClusterMap::default();
+
+        // Published without a local socket (the JSON has no `local` field): TCP.
+        map.apply(&key, Some(&live(None))).unwrap();
+        assert!(!String::from_utf8(live(None)).unwrap().contains("local"));
+        assert_eq!(map.address(7), Some("127.0.0.2:6800"));
+        // On this machine, with the socket there: the socket.
+        map.apply(&key, Some(&live(Some(LocalSocket { machine: here.clone(), path: path.clone() })))).unwrap();
+        assert_eq!(map.address(7), Some(format!("unix:{path}").as_str()));
+        // Another machine's socket, or a path that is not a socket here: TCP.
+        map.apply(&key, Some(&live(Some(LocalSocket { machine: "elsewhere".into(), path: path.clone() })))).unwrap();
+        assert_eq!(map.address(7), Some("127.0.0.2:6800"));
+        let missing = format!("{path}.missing");
+        map.apply(&key, Some(&live(Some(LocalSocket { machine: here.clone(), path: missing })))).unwrap();
+        assert_eq!(map.address(7), Some("127.0.0.2:6800"));
+        let not_socket = dir.to_str().unwrap().to_string();
+        map.apply(&key, Some(&live(Some(LocalSocket { machine: here.clone(), path: not_socket })))).unwrap();
+        assert_eq!(map.address(7), Some("127.0.0.2:6800"));
+        // Gone from the map: no address at all, not a stale socket.
+        map.apply(&key, Some(&live(Some(LocalSocket { machine: here, path })))).unwrap();
+        assert!(map.address(7).unwrap().starts_with(UNIX_ADDRESS_PREFIX));
+        map.apply(&key, None).unwrap();
+        assert_eq!(map.address(7), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

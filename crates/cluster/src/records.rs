@@ -179,6 +179,32 @@ pub struct OsdLiveRecord {
     pub version: u32,
     pub address: String,
     pub incarnation: i64,
+    /// A Unix socket the OSD also serves on, for processes on its machine (ADR 0013).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<LocalSocket>,
+}
+
+/// Where processes on an OSD's machine reach it without going through TCP.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalSocket {
+    /// The machine, as its kernel's boot id ([`machine_id`]): no other machine tries the path.
+    pub machine: String,
+    /// The socket's absolute path.
+    pub path: String,
+}
+
+/// This machine's identity for [`LocalSocket`]: the running kernel's boot id. Processes in
+/// other network namespaces or containers on the same kernel share it, which is why a local
+/// socket is used only when its path is also visible here.
+pub fn machine_id() -> Option<&'static str> {
+    static MACHINE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    MACHINE
+        .get_or_init(|| {
+            let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+            let id = id.trim();
+            (!id.is_empty()).then(|| id.to_string())
+        })
+        .as_deref()
 }
 
 /// `/basalt/volumes/<name>`.

@@ -160,7 +160,9 @@ mod tests {
         }
         map.live = live
             .iter()
-            .map(|&id| (id, OsdLiveRecord { version: 1, address: format!("127.0.0.1:{id}"), incarnation: 1 }))
+            .map(|&id| {
+                (id, OsdLiveRecord { version: 1, address: format!("127.0.0.1:{id}"), incarnation: 1, local: None })
+            })
             .collect::<BTreeMap<_, _>>();
         map
     }

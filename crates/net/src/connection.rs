@@ -16,12 +16,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use wire::{Body, Frame, Request, Response};
 
 use crate::limits::CALLS_IN_FLIGHT_MAX;
 use crate::link::{FrameReader, Link};
+use crate::stream::Stream;
 use crate::NetError;
 
 /// A reply: the responder's PG epoch (for `WrongEpoch`, its current one) and the response,
@@ -92,20 +92,20 @@ fn split_request_id(request_id: u64) -> (usize, u32) {
     ((request_id & u64::from(u32::MAX)) as usize, (request_id >> 32) as u32)
 }
 
-/// Connects to `address` (`host:port`), with `TCP_NODELAY` set.
+/// Connects to `address`: `host:port` over TCP (with `TCP_NODELAY`), `unix:PATH` over a Unix
+/// socket.
 pub async fn connect(address: &str) -> Result<Connection, NetError> {
-    let connect_error =
-        |error: std::io::Error| NetError::Connect { address: address.to_string(), source: Arc::new(error) };
-    let stream = TcpStream::connect(address).await.map_err(connect_error)?;
-    stream.set_nodelay(true).map_err(connect_error)?;
+    let stream = Stream::connect(address)
+        .await
+        .map_err(|error| NetError::Connect { address: address.to_string(), source: Arc::new(error) })?;
     Ok(Connection::from_stream(stream, address))
 }
 
 impl Connection {
     /// Wraps a connected stream, naming the peer `peer` in errors, and starts its reader task.
     /// Must be called inside a tokio runtime.
-    pub fn from_stream(stream: TcpStream, peer: &str) -> Connection {
-        let link = Link::new(stream, Arc::from(peer));
+    pub fn from_stream(stream: impl Into<Stream>, peer: &str) -> Connection {
+        let link = Link::new(stream.into(), Arc::from(peer));
         let flavor = tokio::runtime::Handle::current().runtime_flavor();
         let shared = Arc::new(Shared {
             link: link.clone(),

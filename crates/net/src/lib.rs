@@ -1,10 +1,11 @@
-//! Wire-protocol connections over TCP (`docs/design/wire-protocol.md`, ADR 0007).
+//! Wire-protocol connections over TCP, or Unix sockets on one machine
+//! (`docs/design/wire-protocol.md`, ADR 0007, ADR 0013).
 //!
 //! - [`Connection`]: the requesting side. A cloneable handle to one TCP connection that many
 //!   tasks use at once; requests are pipelined under request ids and replies may come back in
 //!   any order. The client library keeps one per OSD.
 //! - [`split`], [`FrameReader`], [`FrameSender`] and [`serve_connection`]: the responding side,
-//!   for an accepted `TcpStream` (the OSD daemon).
+//!   for an accepted stream (the OSD daemon).
 //!
 //! Both sides share one sending path: the task that has a frame to send encodes it into the
 //! connection's send buffer and writes it to the socket itself when the socket is idle, with no
@@ -21,11 +22,13 @@ mod connection;
 pub mod limits;
 mod link;
 mod server;
+mod stream;
 
 use std::sync::Arc;
 
 pub use connection::{connect, Connection, Reply};
 pub use server::{serve_connection, split, FrameReader, FrameSender};
+pub use stream::{Stream, UNIX_PREFIX};
 
 /// Why a connection could not be opened, or why an operation on it failed.
 ///

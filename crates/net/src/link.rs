@@ -1,4 +1,4 @@
-//! `Link`: one TCP stream shared by the tasks that send on it, the reader that reads it, and
+//! `Link`: one stream (TCP or Unix socket) shared by the tasks that send on it, the reader that reads it, and
 //! its close state.
 //!
 //! Sending: a sender encodes its frame into the link's send buffer under a mutex and, when no
@@ -14,19 +14,18 @@
 //! drops whatever was still queued.
 
 use std::io;
-use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use wire::{Decoder, Frame};
 
 use crate::limits::{READ_CHUNK_BYTES, SEND_BUFFER_RETAINED_BYTES, SEND_QUEUE_BYTES_MAX};
+use crate::stream::Stream;
 use crate::NetError;
 
 pub(crate) struct Link {
-    stream: TcpStream,
+    stream: Stream,
     peer: Arc<str>,
     queue: Mutex<SendQueue>,
     /// Wakes senders waiting for the queue to drop below `SEND_QUEUE_BYTES_MAX`, and wakes
@@ -52,7 +51,7 @@ impl SendQueue {
 }
 
 impl Link {
-    pub(crate) fn new(stream: TcpStream, peer: Arc<str>) -> Arc<Link> {
+    pub(crate) fn new(stream: Stream, peer: Arc<str>) -> Arc<Link> {
         Arc::new(Link {
             stream,
             peer,
@@ -219,7 +218,7 @@ impl Link {
         self.closed.store(true, Ordering::Release);
         drop(queue);
         tracing::debug!(peer = %self.peer, reason, "connection closed");
-        if let Err(error) = socket2::SockRef::from(&self.stream).shutdown(Shutdown::Both) {
+        if let Err(error) = self.stream.shutdown() {
             // The peer may have gone first (ENOTCONN); the socket is closed either way.
             tracing::debug!(peer = %self.peer, %error, "shutdown of a closing connection failed");
         }

@@ -1,4 +1,4 @@
-//! The responding side of a connection: what an OSD runs for each accepted `TcpStream`.
+//! The responding side of a connection: what an OSD runs for each accepted stream.
 //!
 //! [`serve_connection`] is the whole loop: it reads requests, runs the handler's future for
 //! each (up to `limits::REQUESTS_IN_FLIGHT_MAX` at once, inside the connection's own task, so
@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use tokio::net::TcpStream;
 use wire::{Body, Frame};
 
 use crate::limits::REQUESTS_IN_FLIGHT_MAX;
 pub use crate::link::FrameReader;
 use crate::link::Link;
+use crate::stream::Stream;
 use crate::NetError;
 
 /// Sends frames on a connection from any task. Clones share the connection.
@@ -61,14 +61,12 @@ impl FrameSender {
     }
 }
 
-/// Splits an accepted stream into its reading and sending halves. Sets `TCP_NODELAY`.
-/// Must be called inside a tokio runtime.
-pub fn split(stream: TcpStream) -> (FrameReader, FrameSender) {
-    let peer = match stream.peer_addr() {
-        Ok(address) => address.to_string(),
-        Err(_) => "an unknown peer".to_string(),
-    };
-    if let Err(error) = stream.set_nodelay(true) {
+/// Splits an accepted stream (TCP or Unix socket) into its reading and sending halves. Sets
+/// `TCP_NODELAY` on TCP. Must be called inside a tokio runtime.
+pub fn split(stream: impl Into<Stream>) -> (FrameReader, FrameSender) {
+    let stream = stream.into();
+    let peer = stream.peer_name();
+    if let Err(error) = stream.set_nodelay() {
         tracing::debug!(%peer, %error, "cannot set TCP_NODELAY");
     }
     let link = Link::new(stream, Arc::from(peer));
@@ -89,7 +87,7 @@ pub fn split(stream: TcpStream) -> (FrameReader, FrameSender) {
 /// futures already running finish (their replies are dropped), and the error is returned. No
 /// `ProtocolError` reply is sent: a decode error does not always name the opcode such a reply
 /// must carry, and the peer learns of the close from the end of the stream.
-pub async fn serve_connection<H, F>(stream: TcpStream, mut handler: H) -> Result<(), NetError>
+pub async fn serve_connection<H, F>(stream: impl Into<Stream>, mut handler: H) -> Result<(), NetError>
 where
     H: FnMut(Frame) -> F,
     F: Future<Output = Frame>,

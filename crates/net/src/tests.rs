@@ -519,3 +519,48 @@ fn context_switches() -> u64 {
     }
     total
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_addresses_carry_calls_like_tcp() {
+    let dir = std::env::temp_dir().join(format!("basalt-net-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("osd.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind a unix socket");
+    let peers = Arc::new(Mutex::new(Vec::new()));
+    let server_peers = peers.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (mut reader, sender) = split(stream);
+            server_peers.lock().unwrap().push(reader.peer().to_string());
+            tokio::spawn(async move {
+                while let Ok(Some(frame)) = reader.next().await {
+                    sender.send(&answer(frame).await).unwrap();
+                }
+            });
+        }
+    });
+
+    let address = format!("unix:{}", path.display());
+    let connection = connect(&address).await.expect("connect over the unix socket");
+    let calls = (0..32u64).map(|index| {
+        let connection = connection.clone();
+        async move { (index, connection.call(5, read(index * 4096, 4096)).await) }
+    });
+    for (index, reply) in futures_util::future::join_all(calls).await {
+        expect_read(reply.expect("a reply"), index * 4096, 4096);
+    }
+    let big = Bytes::from(vec![0x5a; 1 << 20]);
+    let reply = connection.call(1, Request::Write { pg: PG, inode: 7, offset_bytes: 0, data: big }).await.unwrap();
+    assert_eq!(reply.epoch, 1 << 20, "a 1 MiB write crosses the socket whole");
+    assert_eq!(connection.peer(), address);
+    let served = peers.lock().unwrap().clone();
+    assert_eq!(served, vec![format!("a local peer on {address}")]);
+
+    // A path with nothing listening fails to connect and names the address.
+    std::fs::remove_file(&path).unwrap();
+    let error = connect(&address).await.unwrap_err();
+    assert!(matches!(error, NetError::Connect { .. }), "{error:?}");
+    assert_eq!(error.peer(), address);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -39,6 +39,9 @@ pub struct OsdConfig {
     /// The address peers and clients use, published in the liveness key. Defaults to the bound
     /// listen address, which must then name a specific IP.
     pub advertise_address: Option<String>,
+    /// A Unix socket to serve on as well, for clients and peers on this machine (ADR 0013):
+    /// its path is published with the liveness key. `None`: TCP only.
+    pub local_socket: Option<PathBuf>,
     /// Defaults to the machine's hostname.
     pub host: Option<String>,
     /// Defaults to `default`.
@@ -70,6 +73,7 @@ impl OsdConfig {
             data_path: data_path.into(),
             listen_address: listen_address.into(),
             advertise_address: None,
+            local_socket: None,
             host: None,
             rack: None,
             tags: BTreeSet::new(),

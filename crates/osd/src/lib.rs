@@ -27,10 +27,12 @@ mod server;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cluster::LocalSocket;
 use engine::layout::SuperblockError;
 use engine::{Engine, OpenError};
 use meta::MetaStore;
@@ -204,10 +206,23 @@ async fn daemon(
     let bound =
         listener.local_addr().map_err(|source| OsdError::Listen { address: config.listen_address.clone(), source })?;
     let address = advertised(&config, bound)?;
+    let (local_listener, local) = match &config.local_socket {
+        Some(path) => {
+            let (listener, local) = bind_local(path)?;
+            (Some(listener), Some(local))
+        }
+        None => (None, None),
+    };
 
     let watcher = cluster::MapWatcher::start(store.clone()).await.map_err(OsdError::meta("loading the cluster map"))?;
-    let liveness =
-        Rc::new(Liveness::new(store.clone(), id, address.clone(), config.lease_ttl_s(), config.fence_margin()));
+    let liveness = Rc::new(Liveness::new(
+        store.clone(),
+        id,
+        address.clone(),
+        local.clone(),
+        config.lease_ttl_s(),
+        config.fence_margin(),
+    ));
     let osd = Rc::new(Osd::new(
         id,
         engine.clone(),
@@ -219,7 +234,7 @@ async fn daemon(
 
     // Served from here on, but every op is refused until the registration below succeeds.
     let (stop_accepting, stop_signal) = tokio::sync::oneshot::channel::<()>();
-    let accepting = tokio::task::spawn_local(server::accept_until(osd.clone(), listener, async move {
+    let accepting = tokio::task::spawn_local(server::accept_until(osd.clone(), listener, local_listener, async move {
         let _ = stop_signal.await;
     }));
     liveness.register().await;
@@ -228,7 +243,8 @@ async fn daemon(
         async move { liveness.keep_alive().await }
     });
     let incarnation = liveness.lease().map_or(0, |lease| lease.0);
-    tracing::info!(osd = id, %address, incarnation, data = %config.data_path.display(), "osd serving");
+    let local_path = local.as_ref().map(|local| local.path.as_str()).unwrap_or("none");
+    tracing::info!(osd = id, %address, local = local_path, incarnation, data = %config.data_path.display(), "osd serving");
     ready(&Ready { osd: id, address: address.clone(), incarnation });
 
     let how = match stopped_early {
@@ -245,6 +261,11 @@ async fn daemon(
     let remaining = || deadline.saturating_duration_since(tokio::time::Instant::now());
     let _ = stop_accepting.send(());
     let connections = accepting.await.unwrap_or_default();
+    if let Some(local) = &local {
+        if let Err(error) = std::fs::remove_file(&local.path) {
+            tracing::warn!(path = %local.path, %error, "cannot remove the local socket");
+        }
+    }
     let left = osd.stop_ops(remaining()).await;
     if left > 0 {
         tracing::warn!(osd = id, ops = left, "ops still in flight at shutdown are abandoned");
@@ -260,6 +281,40 @@ async fn daemon(
     driver.abort();
     tracing::info!(osd = id, "osd stopped");
     Ok(())
+}
+
+/// Binds the local Unix socket at `path` (ADR 0013). A socket file left by an OSD that is gone
+/// (nothing accepts on it) is replaced; one that something still serves on, or a file that is
+/// not a socket, is an error.
+fn bind_local(path: &Path) -> Result<(tokio::net::UnixListener, LocalSocket), OsdError> {
+    use std::os::unix::fs::FileTypeExt;
+    let listen_error = |source| OsdError::Listen { address: format!("{}{}", net::UNIX_PREFIX, path.display()), source };
+    let path = std::path::absolute(path).map_err(listen_error)?;
+    let listen_error = |source| OsdError::Listen { address: format!("{}{}", net::UNIX_PREFIX, path.display()), source };
+    let machine = cluster::machine_id()
+        .ok_or_else(|| OsdError::Config { reason: "cannot read this machine's boot id for the local socket".into() })?;
+    let text = path
+        .to_str()
+        .ok_or_else(|| OsdError::Config { reason: format!("local socket path {} is not UTF-8", path.display()) })?;
+    match std::fs::symlink_metadata(&path) {
+        Ok(metadata) if metadata.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+                return Err(OsdError::Config {
+                    reason: format!("local socket {} is in use: something accepts connections on it", path.display()),
+                });
+            }
+            std::fs::remove_file(&path).map_err(listen_error)?;
+        }
+        Ok(_) => {
+            return Err(OsdError::Config {
+                reason: format!("local socket path {} exists and is not a socket", path.display()),
+            })
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(listen_error(error)),
+    }
+    let listener = tokio::net::UnixListener::bind(&path).map_err(listen_error)?;
+    Ok((listener, LocalSocket { machine: machine.to_string(), path: text.to_string() }))
 }
 
 /// The address to publish: `--advertise`, or the bound address if it names a specific IP.

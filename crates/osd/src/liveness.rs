@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::records::{decode, encode, FORMAT_VERSION};
-use cluster::{keys, OsdLiveRecord};
+use cluster::{keys, LocalSocket, OsdLiveRecord};
 use meta::{Compare, LeaseId, MetaError, MetaStore, Txn, TxnOp};
 use tokio::time::Instant;
 
@@ -29,6 +29,7 @@ pub(crate) struct Liveness {
     store: Arc<dyn MetaStore>,
     key: String,
     address: String,
+    local: Option<LocalSocket>,
     ttl: Duration,
     margin: Duration,
     lease: Cell<Option<LeaseId>>,
@@ -39,13 +40,21 @@ pub(crate) struct Liveness {
 }
 
 impl Liveness {
-    pub(crate) fn new(store: Arc<dyn MetaStore>, osd: u32, address: String, ttl_s: u64, margin: Duration) -> Liveness {
+    pub(crate) fn new(
+        store: Arc<dyn MetaStore>,
+        osd: u32,
+        address: String,
+        local: Option<LocalSocket>,
+        ttl_s: u64,
+        margin: Duration,
+    ) -> Liveness {
         let ttl = Duration::from_secs(ttl_s);
         assert!(margin < ttl);
         Liveness {
             store,
             key: keys::osd_live(osd),
             address,
+            local,
             ttl,
             margin,
             lease: Cell::new(None),
@@ -102,7 +111,12 @@ impl Liveness {
         let sent = Instant::now();
         let lease = self.store.lease_grant(self.ttl.as_secs()).await?;
         self.lease.set(Some(lease));
-        let record = OsdLiveRecord { version: FORMAT_VERSION, address: self.address.clone(), incarnation: lease.0 };
+        let record = OsdLiveRecord {
+            version: FORMAT_VERSION,
+            address: self.address.clone(),
+            incarnation: lease.0,
+            local: self.local.clone(),
+        };
         let txn = Txn {
             compares: vec![Compare::absent(&self.key)],
             success: vec![TxnOp::put(&self.key, encode(&record), Some(lease))],

@@ -7,7 +7,8 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use net::Stream;
+use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::task::JoinSet;
 
 use crate::limits::CONNECTIONS_MAX;
@@ -15,34 +16,51 @@ use crate::ops::{ConnectionState, Osd};
 
 /// Accepts connections until `stop` resolves; returns the connections still being served (the
 /// caller lets their ops finish, then drops them).
-pub(crate) async fn accept_until(osd: Rc<Osd>, listener: TcpListener, stop: impl Future<Output = ()>) -> JoinSet<()> {
+/// Listens on `listener` and, if given, on the Unix socket `local` too (ADR 0013).
+pub(crate) async fn accept_until(
+    osd: Rc<Osd>,
+    listener: TcpListener,
+    local: Option<UnixListener>,
+    stop: impl Future<Output = ()>,
+) -> JoinSet<()> {
     let mut connections = JoinSet::new();
     tokio::pin!(stop);
     loop {
-        tokio::select! {
+        let accepted: std::io::Result<Stream> = tokio::select! {
             () = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    if connections.len() >= CONNECTIONS_MAX {
-                        tracing::warn!(%peer, "refusing a connection: {CONNECTIONS_MAX} connections already open");
-                        continue;
-                    }
-                    connections.spawn_local(serve(osd.clone(), stream));
+            accepted = listener.accept() => accepted.map(|(stream, _)| stream.into()),
+            accepted = accept_local(local.as_ref()) => accepted.map(Stream::from),
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        match accepted {
+            Ok(stream) => {
+                if connections.len() >= CONNECTIONS_MAX {
+                    let peer = stream.peer_name();
+                    tracing::warn!(%peer, "refusing a connection: {CONNECTIONS_MAX} connections already open");
+                    continue;
                 }
-                Err(error) => {
-                    // Usually out of file descriptors: wait instead of spinning.
-                    tracing::warn!(%error, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                connections.spawn_local(serve(osd.clone(), stream));
+            }
+            Err(error) => {
+                // Usually out of file descriptors: wait instead of spinning.
+                tracing::warn!(%error, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
     connections
 }
 
-async fn serve(osd: Rc<Osd>, stream: TcpStream) {
-    let peer = stream.peer_addr().map(|address| address.to_string()).unwrap_or_else(|_| "an unknown peer".into());
+/// The next connection on the local socket; never, without one.
+async fn accept_local(local: Option<&UnixListener>) -> std::io::Result<UnixStream> {
+    match local {
+        Some(listener) => listener.accept().await.map(|(stream, _)| stream),
+        None => std::future::pending().await,
+    }
+}
+
+async fn serve(osd: Rc<Osd>, stream: Stream) {
+    let peer = stream.peer_name();
     tracing::debug!(osd = osd.id, %peer, "connection accepted");
     let state = ConnectionState::default();
     let (osd, state) = (&*osd, &state);

@@ -49,6 +49,10 @@ pub struct Args {
     /// Microseconds each OSD polls for work before sleeping (trades CPU for latency).
     #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = 0)]
     pub spin_us: u64,
+    /// Connect to the OSDs over TCP only. By default each OSD also serves on a Unix socket in
+    /// DIR, which the gateway and the other OSDs use instead.
+    #[arg(long = "no-local-sockets")]
+    pub no_local_sockets: bool,
     #[command(flatten)]
     pub client: crate::api_client::ClientArgs,
 }
@@ -105,6 +109,9 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
         config.host = Some("dev".to_string());
         config.lease_ttl = Duration::from_secs(5);
         config.spin = Duration::from_micros(args.spin_us);
+        if !args.no_local_sockets {
+            config.local_socket = local_socket_path(&global, dir, index);
+        }
         let handle = tokio::task::spawn_blocking(move || osd::spawn(config))
             .await?
             .with_context(|| format!("cannot start the OSD on {}", path.display()))?;
@@ -216,4 +223,16 @@ async fn wait_for_pg_tables(store: &dyn MetaStore) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `DIR/osdN.sock`, unless its absolute path is too long for a Unix socket address.
+fn local_socket_path(global: &Global, dir: &Path, index: u32) -> Option<PathBuf> {
+    /// `sun_path` holds 108 bytes, the last a NUL.
+    const SOCKET_PATH_BYTES_MAX: usize = 107;
+    let path = std::path::absolute(dir.join(format!("osd{index}.sock"))).ok()?;
+    if path.as_os_str().len() > SOCKET_PATH_BYTES_MAX {
+        global.say(format_args!("osd{index}: {} is too long for a Unix socket; TCP only", path.display()));
+        return None;
+    }
+    Some(path)
 }

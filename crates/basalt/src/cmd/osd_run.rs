@@ -29,6 +29,9 @@ pub struct Args {
     /// The address others use to reach this OSD [default: the listen address].
     #[arg(long = "advertise", value_name = "ADDR")]
     pub advertise: Option<String>,
+    /// Also serve on this Unix socket: clients and OSDs on this machine use it instead of TCP.
+    #[arg(long = "local-socket", value_name = "PATH")]
+    pub local_socket: Option<PathBuf>,
     /// The host in the OSD's placement record [default: the host name].
     #[arg(long = "host", value_name = "NAME")]
     pub host: Option<String>,
@@ -54,6 +57,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     };
     let mut config = OsdConfig::new(Metadata::Url(meta_url), data_path, listen);
     config.advertise_address = args.advertise;
+    config.local_socket = args.local_socket;
     config.host = args.host;
     config.rack = args.rack;
     config.tags = args.tags.into_iter().map(|tag| tag.trim().to_string()).filter(|tag| !tag.is_empty()).collect();

@@ -72,7 +72,8 @@ pub async fn put_osd(store: &dyn MetaStore, id: u32, host: &str, rack: &str, tag
 
 pub async fn set_live(store: &dyn MetaStore, id: u32, live: bool) {
     if live {
-        let record = OsdLiveRecord { version: 1, address: format!("127.0.0.1:{}", 6800 + id), incarnation: 1 };
+        let record =
+            OsdLiveRecord { version: 1, address: format!("127.0.0.1:{}", 6800 + id), incarnation: 1, local: None };
         store.put(&keys::osd_live(id), encode(&record), None).await.expect("put a liveness key");
     } else {
         store.delete(&keys::osd_live(id)).await.expect("delete a liveness key");

@@ -105,6 +105,13 @@ impl Cluster {
         config
     }
 
+    /// `config(index)` serving on `o<index>.sock` next to the engine file as well.
+    pub fn config_with_local_socket(&self, index: u32) -> OsdConfig {
+        let mut config = self.config(index);
+        config.local_socket = Some(config.data_path.with_extension("sock"));
+        config
+    }
+
     pub fn put(&self, key: &str, value: Vec<u8>) {
         self.runtime.block_on(self.store.put(key, value, None)).unwrap();
     }

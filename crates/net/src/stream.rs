@@ -1,0 +1,100 @@
+//! [`Stream`]: a connected TCP or Unix-domain socket, whichever the peer's address names.
+//!
+//! Addresses are `host:port` for TCP and `unix:PATH` for a Unix socket (ADR 0013): an OSD also
+//! listens on a Unix socket when told to, and processes on the same machine reach it there,
+//! skipping the TCP/IP stack. Everything above this module treats the two alike.
+
+use std::io;
+use std::net::Shutdown;
+
+use tokio::net::{TcpStream, UnixStream};
+
+/// The prefix of an address that names a Unix socket.
+pub const UNIX_PREFIX: &str = "unix:";
+
+/// A connected socket of either family.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl From<TcpStream> for Stream {
+    fn from(stream: TcpStream) -> Stream {
+        Stream::Tcp(stream)
+    }
+}
+
+impl From<UnixStream> for Stream {
+    fn from(stream: UnixStream) -> Stream {
+        Stream::Unix(stream)
+    }
+}
+
+impl Stream {
+    /// Connects to `address` (`host:port`, or `unix:PATH`). TCP streams get `TCP_NODELAY`.
+    pub async fn connect(address: &str) -> io::Result<Stream> {
+        match address.strip_prefix(UNIX_PREFIX) {
+            Some(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+            None => {
+                let stream = TcpStream::connect(address).await?;
+                stream.set_nodelay(true)?;
+                Ok(Stream::Tcp(stream))
+            }
+        }
+    }
+
+    /// How the peer is named in logs and errors.
+    pub fn peer_name(&self) -> String {
+        let name = match self {
+            Stream::Tcp(stream) => stream.peer_addr().map(|address| address.to_string()),
+            Stream::Unix(stream) => stream.local_addr().map(|address| match address.as_pathname() {
+                Some(path) => format!("a local peer on {UNIX_PREFIX}{}", path.display()),
+                None => "a local peer".to_string(),
+            }),
+        };
+        name.unwrap_or_else(|_| "an unknown peer".to_string())
+    }
+
+    pub(crate) fn set_nodelay(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.set_nodelay(true),
+            Stream::Unix(_) => Ok(()),
+        }
+    }
+
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.readable().await,
+            Stream::Unix(stream) => stream.readable().await,
+        }
+    }
+
+    pub(crate) async fn writable(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.writable().await,
+            Stream::Unix(stream) => stream.writable().await,
+        }
+    }
+
+    pub(crate) fn try_read(&self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => stream.try_read(buffer),
+            Stream::Unix(stream) => stream.try_read(buffer),
+        }
+    }
+
+    pub(crate) fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => stream.try_write(bytes),
+            Stream::Unix(stream) => stream.try_write(bytes),
+        }
+    }
+
+    pub(crate) fn shutdown(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
+            Stream::Unix(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
+        }
+    }
+}
