@@ -288,9 +288,8 @@ async fn daemon(
 /// not a socket, is an error.
 fn bind_local(path: &Path) -> Result<(tokio::net::UnixListener, LocalSocket), OsdError> {
     use std::os::unix::fs::FileTypeExt;
-    let listen_error = |source| OsdError::Listen { address: format!("{}{}", net::UNIX_PREFIX, path.display()), source };
-    let path = std::path::absolute(path).map_err(listen_error)?;
-    let listen_error = |source| OsdError::Listen { address: format!("{}{}", net::UNIX_PREFIX, path.display()), source };
+    let path = std::path::absolute(path).map_err(|source| local_listen_error(path, source))?;
+    let listen_error = |source| local_listen_error(&path, source);
     let machine = cluster::machine_id()
         .ok_or_else(|| OsdError::Config { reason: "cannot read this machine's boot id for the local socket".into() })?;
     let text = path
@@ -315,6 +314,10 @@ fn bind_local(path: &Path) -> Result<(tokio::net::UnixListener, LocalSocket), Os
     }
     let listener = tokio::net::UnixListener::bind(&path).map_err(listen_error)?;
     Ok((listener, LocalSocket { machine: machine.to_string(), path: text.to_string() }))
+}
+
+fn local_listen_error(path: &Path, source: std::io::Error) -> OsdError {
+    OsdError::Listen { address: format!("{}{}", net::UNIX_PREFIX, path.display()), source }
 }
 
 /// The address to publish: `--advertise`, or the bound address if it names a specific IP.

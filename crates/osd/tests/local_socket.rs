@@ -25,6 +25,8 @@ fn connections_accepted_on(path: &Path) -> usize {
 
 #[test]
 fn osds_reach_each_other_and_clients_over_their_local_sockets() {
+    // The map writes the addresses `net` reads.
+    assert_eq!(cluster::map::UNIX_ADDRESS_PREFIX, net::UNIX_PREFIX);
     let mut cluster = Cluster::start_with(|config| config.local_socket = Some(socket_of(&config.data_path)));
     let sockets: Vec<PathBuf> = (1..=3).map(|osd| socket_of(&cluster.dir.path().join(format!("o{osd}")))).collect();
     for (index, socket) in sockets.iter().enumerate() {
@@ -37,7 +39,8 @@ fn osds_reach_each_other_and_clients_over_their_local_sockets() {
 
     // A client on the socket; the primary replicates to its peers over theirs.
     let (stripe, pg) = stripe_with_primary(1);
-    let primary = cluster.runtime.block_on(net::connect(&format!("unix:{}", sockets[0].display()))).unwrap();
+    let primary =
+        cluster.runtime.block_on(net::connect(&format!("{}{}", net::UNIX_PREFIX, sockets[0].display()))).unwrap();
     let write =
         Request::Write { pg, inode: INODE, offset_bytes: stripe * u64::from(OBJECT_SIZE), data: pattern(3, 4096) };
     assert_eq!(cluster.call_settled(&primary, 1, write).response, Response::Write);
