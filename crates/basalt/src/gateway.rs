@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 /// How long a stopping gateway waits for its connections to finish their requests.
@@ -127,8 +127,7 @@ async fn serve(
             serving.spawn(async move { server.serve_tcp(listener).await });
         }
         if let Some(path) = &unix {
-            let _ = std::fs::remove_file(path);
-            let listener = UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+            let listener = net::bind_unix(path).with_context(|| format!("cannot listen on {}", path.display()))?;
             let server = server.clone();
             serving.spawn(async move { server.serve_unix(listener).await });
         }

@@ -6,8 +6,9 @@
 
 use std::io;
 use std::net::Shutdown;
+use std::path::Path;
 
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
 
 /// The prefix of an address that names a Unix socket.
 pub const UNIX_PREFIX: &str = "unix:";
@@ -97,4 +98,27 @@ impl Stream {
             Stream::Unix(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
         }
     }
+}
+
+/// Binds a listening Unix socket at `path`. A socket file that nothing accepts on (left by a
+/// process that was killed) is replaced; a socket something still accepts on
+/// (`AddrInUse`), or a path that holds anything but a socket (`AlreadyExists`), is refused and
+/// left alone. Must be called inside a tokio runtime.
+pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "the socket is in use: something accepts connections on it",
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => return Err(io::Error::new(io::ErrorKind::AlreadyExists, "the path exists and is not a socket")),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    UnixListener::bind(path)
 }

@@ -564,3 +564,28 @@ async fn unix_socket_addresses_carry_calls_like_tcp() {
     assert_eq!(error.peer(), address);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn binding_a_unix_socket_replaces_only_a_dead_one() {
+    let dir = std::env::temp_dir().join(format!("basalt-net-bind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.sock");
+    let _ = std::fs::remove_file(&path);
+    // A socket file nothing accepts on is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let live = crate::bind_unix(&path).expect("a dead socket is replaced");
+    // One something accepts on is refused.
+    let error = crate::bind_unix(&path).unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::AddrInUse, "{error}");
+    assert!(error.to_string().contains("is in use"), "{error}");
+    drop(live);
+    // Anything else is refused and left as it was.
+    let file = dir.join("data");
+    std::fs::write(&file, b"keep me").unwrap();
+    let error = crate::bind_unix(&file).unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::AlreadyExists, "{error}");
+    assert!(error.to_string().contains("exists and is not a socket"), "{error}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

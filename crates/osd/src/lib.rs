@@ -283,36 +283,22 @@ async fn daemon(
     Ok(())
 }
 
-/// Binds the local Unix socket at `path` (ADR 0013). A socket file left by an OSD that is gone
-/// (nothing accepts on it) is replaced; one that something still serves on, or a file that is
-/// not a socket, is an error.
+/// Binds the local Unix socket at `path` (ADR 0013): see `net::bind_unix` for a socket file
+/// that is already there.
 fn bind_local(path: &Path) -> Result<(tokio::net::UnixListener, LocalSocket), OsdError> {
-    use std::os::unix::fs::FileTypeExt;
     let path = std::path::absolute(path).map_err(|source| local_listen_error(path, source))?;
-    let listen_error = |source| local_listen_error(&path, source);
     let machine = cluster::machine_id()
         .ok_or_else(|| OsdError::Config { reason: "cannot read this machine's boot id for the local socket".into() })?;
     let text = path
         .to_str()
         .ok_or_else(|| OsdError::Config { reason: format!("local socket path {} is not UTF-8", path.display()) })?;
-    match std::fs::symlink_metadata(&path) {
-        Ok(metadata) if metadata.file_type().is_socket() => {
-            if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-                return Err(OsdError::Config {
-                    reason: format!("local socket {} is in use: something accepts connections on it", path.display()),
-                });
-            }
-            std::fs::remove_file(&path).map_err(listen_error)?;
+    let listener = net::bind_unix(&path).map_err(|source| match source.kind() {
+        // Something is in the way: a configuration problem, named in the message itself.
+        std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AlreadyExists => {
+            OsdError::Config { reason: format!("local socket {}: {source}", path.display()) }
         }
-        Ok(_) => {
-            return Err(OsdError::Config {
-                reason: format!("local socket path {} exists and is not a socket", path.display()),
-            })
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(listen_error(error)),
-    }
-    let listener = tokio::net::UnixListener::bind(&path).map_err(listen_error)?;
+        _ => local_listen_error(&path, source),
+    })?;
     Ok((listener, LocalSocket { machine: machine.to_string(), path: text.to_string() }))
 }
 
