@@ -2,7 +2,8 @@
 # Cluster benchmark against the raw disk, in one sitting: a mon on the embedded store and three
 # OSDs on files in DIR (replication 3, all on this machine), `basalt bench` through the client
 # library, alternating with fio's raw-baseline.sh on the same filesystem, ROUNDS times.
-# Prints medians, ratios to the raw disk, and the OSDs' CPU seconds per 10,000 IOPS.
+# Prints medians, ratios to the raw disk, the OSDs' CPU seconds per 10,000 IOPS, and the disk's
+# floor for three durable copies at once (`basalt engine sync-floor`), which all replicas share.
 #
 # Usage: scripts/bench-cluster.sh [DIR]        (default /var/tmp; needs fio and jq)
 # Env:   ROUNDS=3  RUNTIME=10  OUT=DIR (keeps the raw results)  OSD_SIZE=2G  SPIN_US=0
@@ -68,6 +69,7 @@ workloads="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd1-fs
 for round in $(seq 1 "$rounds"); do
     echo "bench-cluster: round $round of $rounds" >&2
     OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" bash "$rig/raw-baseline.sh" "$base" >"$out/raw-$round.txt"
+    "$basalt" -q engine sync-floor --dir "$base" --writers 3 --runtime "$runtime" --json >"$out/floor-$round.json"
     for spec in "randwrite 1" "randread 1" "randread 32" "randwrite 32"; do
         read -r rw qd <<<"$spec"
         before=$(osd_ticks)
@@ -110,6 +112,11 @@ for rw, qd, raw, kind in rows:
     else:
         ratio = f"IOPS {oi / fi:.2f}x raw"
     print(f"{rw}-4k-qd{qd:<10} {oi:>8.0f} {ol:>8.1f} {op:>8.0f} {oc:>17.2f}   {raw:<24} {fi:>8.0f} {fl:>8.1f}   {ratio}")
+floors = [json.load(open(f"{out}/floor-{r}.json")) for r in range(1, rounds + 1)]
+one, lockstep = med([x["one_writer_us"] for x in floors]), med([x["lockstep_us"] for x in floors])
+write_us = 1e6 / med([ours(r, "randwrite", 1)[0] for r in range(1, rounds + 1)])
+print(f"disk floor (basalt engine sync-floor): 3 durable 4k writes at once {lockstep:.0f} us, one alone {one:.0f} us: "
+      f"{lockstep / one:.2f}x before any network hop; Basalt's QD1 write takes {write_us:.0f} us, {write_us / lockstep:.2f}x that floor")
 print(f"# medians of {rounds} rounds, {runtime:.0f} s each; replication 3 on one machine; raw = fio on a file in the same filesystem")
 PY
 echo "bench-cluster: raw results in $out" >&2

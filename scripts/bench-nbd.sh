@@ -3,7 +3,8 @@
 # (replication 3, three OSDs on files in DIR), against qemu-nbd serving a file in the same
 # filesystem (no network hop, no replication), and raw-baseline.sh on that filesystem, ROUNDS
 # times each, alternating; then pgbench on a Basalt volume, on `nbdkit memory` through the same
-# nbdfuse + loop chain, and in a local directory. Prints medians and ratios.
+# nbdfuse + loop chain, and in a local directory. Prints medians and ratios, and the disk's
+# floor for three durable copies at once (`basalt engine sync-floor`).
 #
 # Usage: scripts/bench-nbd.sh [DIR]        (default /var/tmp; as root; needs the rig's tools)
 # Env:   ROUNDS=3  RUNTIME=10  SIZE=1G  PGBENCH=1 (0 skips pgbench)  PGBENCH_TIME=30
@@ -56,6 +57,7 @@ for round in $(seq 1 "$rounds"); do
         bash "$rig/fio-suite.sh" "nbd://$nbd_qemu/ref" >"$out/qemu-$round.txt"
     OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=$size WORKLOADS="$workloads" \
         bash "$rig/raw-baseline.sh" "$base" >"$out/raw-$round.txt"
+    "$basalt" -q engine sync-floor --dir "$base" --writers 3 --runtime "$runtime" --json >"$out/floor-$round.json"
 done
 
 if [[ "${PGBENCH:-1}" == 1 ]]; then
@@ -91,6 +93,12 @@ for name in names:
     else:
         rq, rw = f"IOPS {b[0] / q[0]:.2f}x", f"IOPS {b[0] / w[0]:.2f}x"
     print(f"{name:<24} {b[0]:>11.0f} {b[1]:>8.1f} {b[2]:>8.0f}   {q[0]:>13.0f} {q[1]:>8.1f}   {w[0]:>9.0f} {w[1]:>8.1f}   {rq:>15}   {rw:>10}")
+floors = [json.load(open(f"{out}/floor-{r}.json")) for r in range(1, rounds + 1)]
+one, lockstep = med([x["one_writer_us"] for x in floors]), med([x["lockstep_us"] for x in floors])
+qemu_flush_us = 1e6 / med([fio("qemu", r, "randwrite-4k-qd1-fsync")[0] for r in range(1, rounds + 1)])
+print(f"disk floor (basalt engine sync-floor): 3 durable 4k writes at once {lockstep:.0f} us, one alone {one:.0f} us "
+      f"({lockstep / one:.2f}x); qemu-nbd's write + flush takes {qemu_flush_us:.0f} us, so 3 copies on this disk "
+      f"can reach at most {qemu_flush_us / lockstep:.2f}x its IOPS before any network hop")
 print(f"# medians of {rounds} rounds; fio's nbd engine (libnbd) for basalt and qemu-nbd, libaio O_DIRECT on a file for raw")
 if pg:
     def tps(kind):

@@ -82,6 +82,8 @@ enum EngineCommand {
     Bench(cmd::engine_bench::Args),
     /// Write N distinct objects into an existing engine, then flush its journal.
     Fill(cmd::engine_fill::Args),
+    /// Measure the disk's floor for a write that needs several durable copies on it at once.
+    SyncFloor(cmd::engine_sync_floor::Args),
     /// Write random data until killed, logging every acknowledged write (for the kill -9 test).
     #[command(hide = true)]
     Torture(cmd::engine_torture::Args),
@@ -123,6 +125,7 @@ fn main() -> ExitCode {
         Command::Dev(args) => cmd::dev::run(global, args),
         Command::Engine(EngineCommand::Bench(args)) => cmd::engine_bench::run(global, args),
         Command::Engine(EngineCommand::Fill(args)) => cmd::engine_fill::run(global, args),
+        Command::Engine(EngineCommand::SyncFloor(args)) => cmd::engine_sync_floor::run(global, args),
         Command::Engine(EngineCommand::Torture(args)) => cmd::engine_torture::run(global, args),
         Command::Engine(EngineCommand::Verify(args)) => cmd::engine_verify::run(global, args),
     };

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod dev;
 pub mod engine_bench;
 pub mod engine_fill;
+pub mod engine_sync_floor;
 pub mod engine_torture;
 pub mod engine_verify;
 pub mod mon;

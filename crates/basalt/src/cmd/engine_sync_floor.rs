@@ -1,0 +1,220 @@
+//! `basalt engine sync-floor`: what the disk alone charges for a write that needs several
+//! durable copies on it at once, as a replicated write does when every replica of a
+//! single-machine cluster shares one disk.
+//!
+//! Each of N threads owns a file in DIR (as each OSD owns its own). In lockstep rounds, every
+//! thread writes 4 KiB with `O_DIRECT` at a random offset and then calls `fdatasync`, and the
+//! round ends when the slowest is done: the shape of a replicated write, which is acknowledged
+//! once every copy is durable, with no network and no engine in the way. Windows of one writer
+//! alone alternate with windows of N in lockstep, so both see the same moods of a shared disk.
+//! Benchmarks set a replicated write's time against the first figure (fio's `--fsync=1`); no
+//! software on this disk can go below the second. fio cannot measure it: its jobs run
+//! independently, so the flushes of one cover the writes of the others.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use engine::AlignedBuffer;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::size::{format_bytes, parse_bytes};
+use crate::Global;
+
+const WRITE_BYTES: usize = 4096;
+/// Length of each measured window; windows of one writer and of N alternate.
+const WINDOW: Duration = Duration::from_secs(1);
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Directory on the disk to measure; one file per writer is created there and removed after.
+    #[arg(long = "dir", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Durable copies each round makes at once, one per thread and file.
+    #[arg(long = "writers", value_name = "N", default_value_t = 3)]
+    pub writers: usize,
+    /// Measured seconds, split evenly between one writer and N writers.
+    #[arg(long = "runtime", value_name = "SECS", default_value_t = 10)]
+    pub runtime_s: u64,
+    /// Size of each writer's file; writes land at random 4 KiB offsets in it.
+    #[arg(long = "file-size", value_name = "SIZE", value_parser = parse_bytes, default_value = "256M")]
+    pub file_size_bytes: u64,
+    /// Print only a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
+    ensure!(args.writers >= 1, "--writers must be at least 1");
+    ensure!(args.runtime_s >= 2, "--runtime must be at least 2 seconds (one window of each kind)");
+    ensure!(
+        args.file_size_bytes >= WRITE_BYTES as u64 && args.file_size_bytes.is_multiple_of(WRITE_BYTES as u64),
+        "--file-size must be a positive multiple of 4K"
+    );
+    let files = (0..args.writers)
+        .map(|index| WriterFile::create(&args.dir.join(format!("basalt-sync-floor.{index}")), args.file_size_bytes))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    global.say(format_args!(
+        "laid out {} files of {} in {} (untimed)",
+        files.len(),
+        format_bytes(args.file_size_bytes),
+        args.dir.display()
+    ));
+    let mut one = Vec::new();
+    let mut many = Vec::new();
+    let windows = args.runtime_s / 2;
+    for window in 0..windows {
+        one.push(lockstep_round_us(&files[..1], args.file_size_bytes)?);
+        many.push(lockstep_round_us(&files, args.file_size_bytes)?);
+        global.say(format_args!(
+            "window {} of {windows}: one writer {:.0} us, {} writers {:.0} us per round",
+            window + 1,
+            one[one.len() - 1],
+            args.writers,
+            many[many.len() - 1]
+        ));
+    }
+    let one_us = median(&mut one);
+    let many_us = median(&mut many);
+    let ratio = many_us / one_us;
+    if args.json {
+        let report = serde_json::json!({
+            "writers": args.writers,
+            "one_writer_us": one_us,
+            "lockstep_us": many_us,
+            "ratio": ratio,
+            "windows": windows,
+        });
+        println!("{report}");
+    } else {
+        println!("one writer: {one_us:.0} us per 4 KiB write + fdatasync");
+        println!("{} writers in lockstep: {many_us:.0} us per round ({ratio:.2}x one writer)", args.writers);
+        println!("# medians of {windows} alternating windows of {} s each", WINDOW.as_secs());
+    }
+    Ok(())
+}
+
+/// One writer's file, removed when dropped.
+struct WriterFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl WriterFile {
+    /// Creates the file and writes all of it, so that no write measured later allocates blocks
+    /// or converts unwritten extents (either would add a filesystem journal commit).
+    fn create(path: &Path, size_bytes: u64) -> anyhow::Result<WriterFile> {
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let chunk = vec![0u8; 1 << 20];
+        let mut left = size_bytes;
+        while left > 0 {
+            let take = left.min(chunk.len() as u64) as usize;
+            file.write_all(&chunk[..take]).with_context(|| format!("cannot write {}", path.display()))?;
+            left -= take as u64;
+        }
+        file.sync_all().with_context(|| format!("cannot sync {}", path.display()))?;
+        drop(file);
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .with_context(|| format!("cannot open {} with O_DIRECT", path.display()))?;
+        Ok(WriterFile { path: path.to_path_buf(), file })
+    }
+}
+
+impl Drop for WriterFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Runs lockstep rounds on `files` (one thread each) for one window; returns the mean
+/// microseconds per round.
+fn lockstep_round_us(files: &[WriterFile], file_size_bytes: u64) -> anyhow::Result<f64> {
+    let barrier = Barrier::new(files.len());
+    // The round all threads stop at: the first writer sets it before entering that round's
+    // barrier, so every thread reads it after the barrier and takes the same decision (a thread
+    // still reading an earlier round can only see a later round there).
+    let last_round = AtomicU64::new(u64::MAX);
+    let failed = AtomicBool::new(false);
+    let deadline = Instant::now() + WINDOW;
+    let pages = file_size_bytes / WRITE_BYTES as u64;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = files
+            .iter()
+            .enumerate()
+            .map(|(index, writer)| {
+                let (barrier, last_round, failed) = (&barrier, &last_round, &failed);
+                scope.spawn(move || -> anyhow::Result<(u64, Duration)> {
+                    let data = AlignedBuffer::zeroed(WRITE_BYTES);
+                    let mut rng = SmallRng::seed_from_u64(index as u64 + 1);
+                    let started = Instant::now();
+                    let mut round = 0u64;
+                    let mut error = None;
+                    loop {
+                        if index == 0 && (Instant::now() >= deadline || failed.load(Ordering::Relaxed)) {
+                            last_round.store(round, Ordering::Relaxed);
+                        }
+                        barrier.wait();
+                        if round >= last_round.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        round += 1;
+                        if error.is_some() {
+                            continue; // Keeps meeting the others at the barrier until they stop.
+                        }
+                        let offset = rng.gen_range(0..pages) * WRITE_BYTES as u64;
+                        let result = writer
+                            .file
+                            .write_all_at(data.as_slice(), offset)
+                            .with_context(|| format!("write to {} failed", writer.path.display()))
+                            .and_then(|()| {
+                                writer
+                                    .file
+                                    .sync_data()
+                                    .with_context(|| format!("fdatasync of {} failed", writer.path.display()))
+                            });
+                        if let Err(e) = result {
+                            error = Some(e);
+                            failed.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    if let Some(error) = error {
+                        return Err(error);
+                    }
+                    Ok((round, started.elapsed()))
+                })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(threads.len());
+        for thread in threads {
+            results.push(thread.join().expect("writer thread panicked"));
+        }
+        // Every thread ran the same rounds and left at the same barrier.
+        let (rounds, elapsed) = results.into_iter().collect::<anyhow::Result<Vec<_>>>()?[0];
+        ensure!(rounds > 0, "no round completed in {} s", WINDOW.as_secs());
+        Ok(elapsed.as_secs_f64() * 1e6 / rounds as f64)
+    })
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    }
+}
