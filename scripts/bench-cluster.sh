@@ -37,7 +37,7 @@ mkdir -p "$dir"
 pids+=($!)
 osd_pids=()
 for i in 0 1 2; do
-    "$basalt" -q osd init --data "$dir/osd$i.img" --size "${OSD_SIZE:-2G}"
+    "$basalt" -q osd init --data "$dir/osd$i.img" --size "${OSD_SIZE:-2G}" >&2
     local_socket=()
     [[ "${LOCAL_SOCKETS:-1}" == 1 ]] && local_socket=(--local-socket "$dir/osd$i.sock")
     "$basalt" osd --etcd "basalt://$meta" --data "$dir/osd$i.img" --listen "127.0.0.$((i + 2)):16800" \
