@@ -42,8 +42,9 @@ fn sync_floor_refuses_bad_arguments_naming_them() {
     let dir = scratch();
     let dir_text = dir.path().to_str().expect("utf-8 path");
     let missing = dir.path().join("missing");
-    let cases: [(Vec<&str>, &str); 4] = [
+    let cases: [(Vec<&str>, &str); 5] = [
         (vec!["--dir", dir_text, "--writers", "0"], "--writers"),
+        (vec!["--dir", dir_text, "--writers", "65"], "--writers"),
         (vec!["--dir", dir_text, "--runtime", "1"], "--runtime"),
         (vec!["--dir", dir_text, "--file-size", "1000"], "--file-size"),
         (vec!["--dir", missing.to_str().unwrap()], "missing"),

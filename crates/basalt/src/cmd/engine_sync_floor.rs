@@ -28,6 +28,8 @@ use crate::size::{format_bytes, parse_bytes};
 use crate::Global;
 
 const WRITE_BYTES: usize = 4096;
+/// More copies than any pool keeps; each writer is a thread with a file of `--file-size`.
+const WRITERS_MAX: usize = 64;
 /// Length of each measured window; windows of one writer and of N alternate.
 const WINDOW: Duration = Duration::from_secs(1);
 
@@ -51,7 +53,10 @@ pub struct Args {
 }
 
 pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
-    ensure!(args.writers >= 1, "--writers must be at least 1");
+    ensure!(
+        (1..=WRITERS_MAX).contains(&args.writers),
+        "--writers must be between 1 and {WRITERS_MAX} (one thread and one file each)"
+    );
     ensure!(args.runtime_s >= 2, "--runtime must be at least 2 seconds (one window of each kind)");
     ensure!(
         args.file_size_bytes >= WRITE_BYTES as u64 && args.file_size_bytes.is_multiple_of(WRITE_BYTES as u64),
