@@ -40,7 +40,14 @@ fn start_dev(dir: &Path, log_dir: &Path, name: &str) -> Proc {
 
 fn rig_script(script: &str, uri: &str, env: &[(&str, &str)], log_dir: &Path) {
     let path = rig().join(script);
-    let output = Command::new("bash").arg(&path).arg(uri).envs(env.iter().copied()).output().expect("run a rig script");
+    // Run in the log directory: fio-verify.sh leaves fio's verify state files in the working one.
+    let output = Command::new("bash")
+        .arg(&path)
+        .arg(uri)
+        .envs(env.iter().copied())
+        .current_dir(log_dir)
+        .output()
+        .expect("run a rig script");
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     std::fs::write(log_dir.join(format!("{script}.log")), &text).expect("keep the script's output");
     assert!(output.status.success(), "{script} {uri} {env:?} failed ({}):\n{text}", output.status);
