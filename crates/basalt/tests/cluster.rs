@@ -278,6 +278,31 @@ fn nbd_gateway_serves(scratch: &Scratch, meta_url: &str, model: &[u8]) {
     assert!(took < Duration::from_secs(5), "basalt nbd took {took:?} to stop");
 }
 
+/// `basalt status` sums the usage the mon asks the three OSDs for (wire op `Space`): each
+/// holds a replica of every object written.
+fn status_reports_usage(objects: usize) {
+    let least = objects as u64 * 3 * (128 << 10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&cli(&["status", "--json", "--api", API])).expect("status is JSON");
+        let capacity = &status["capacity"];
+        let reporting = capacity["reporting_osds"].as_u64().expect("reporting_osds");
+        let used = capacity["used_bytes"].as_u64().unwrap_or(0);
+        if reporting == 3 && used >= least {
+            assert!(used <= capacity["total_bytes"].as_u64().expect("total_bytes"), "{capacity}");
+            let text = cli(&["status", "--api", API]);
+            assert!(text.contains("(used: ") && !text.contains("not reported") && !text.contains("from"), "{text}");
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "status does not report the usage of {objects} objects on 3 OSDs within 30 s: {capacity}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 fn run(store: Store) {
     let name = match store {
         Store::Etcd => "cluster-etcd",
@@ -301,6 +326,7 @@ fn run(store: Store) {
             check_replicas(&meta_url, &volume, &model, &stripes).await;
             (model, stripes)
         });
+        status_reports_usage(stripes.len());
         cluster.kill_all();
         cluster.start_processes();
         runtime.block_on(async {

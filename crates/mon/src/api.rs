@@ -6,7 +6,9 @@
 //! when the metadata store failed. Reads go to the store on each request, so a read after a
 //! write on any mon sees the write.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Path, Request, State};
@@ -21,7 +23,7 @@ use serde::de::DeserializeOwned;
 
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
-use crate::views::{VolumeList, VolumeView};
+use crate::views::{OsdUsage, VolumeList, VolumeView};
 use crate::Shared;
 
 /// The API's routes on top of `shared`'s store.
@@ -155,7 +157,47 @@ async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusV
     let store = shared.store.as_ref();
     let cluster = admin::cluster_record(store).await?;
     let map = ClusterMap::load(store).await?;
-    Ok(Json(views::status_view(cluster.cluster_id, leader(store).await?, &map)))
+    let usage = osd_usage(&map).await;
+    Ok(Json(views::status_view(cluster.cluster_id, leader(store).await?, &map, &usage)))
+}
+
+/// How long the status waits for an OSD's answer about its usage.
+const USAGE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Asks every up OSD for its space usage, all at once, over the wire protocol: statistics stay
+/// out of the metadata store. An OSD that does not answer in time is left out (the status
+/// says how many answered).
+async fn osd_usage(map: &ClusterMap) -> BTreeMap<u32, OsdUsage> {
+    let mut asks = tokio::task::JoinSet::new();
+    for &osd in map.live.keys() {
+        let Some(address) = map.address(osd).map(str::to_string) else { continue };
+        asks.spawn(async move {
+            let ask = async {
+                let connection = net::connect(&address).await.map_err(|error| error.to_string())?;
+                let reply = connection.call(0, wire::Request::Space).await.map_err(|error| error.to_string())?;
+                match reply.response {
+                    wire::Response::Space { used_bytes, total_bytes, object_count } => {
+                        Ok(OsdUsage { used_bytes, total_bytes, object_count })
+                    }
+                    other => Err(format!("answered {:?}", other.opcode())),
+                }
+            };
+            let answer =
+                tokio::time::timeout(USAGE_TIMEOUT, ask).await.unwrap_or_else(|_| Err("no answer in time".into()));
+            (osd, address, answer)
+        });
+    }
+    let mut usage = BTreeMap::new();
+    while let Some(joined) = asks.join_next().await {
+        match joined {
+            Ok((osd, _, Ok(answer))) => {
+                usage.insert(osd, answer);
+            }
+            Ok((osd, address, Err(reason))) => tracing::debug!(osd, %address, %reason, "no space usage from an osd"),
+            Err(error) => tracing::warn!(%error, "asking an osd for its space usage failed"),
+        }
+    }
+    usage
 }
 
 async fn list_pools(State(shared): State<Arc<Shared>>) -> ApiResult<Json<PoolList>> {

@@ -140,8 +140,11 @@ pub struct OsdCounts {
 pub struct Capacity {
     /// The sum of every registered OSD's capacity.
     pub total_bytes: u64,
-    /// `null`: OSDs do not report usage yet.
+    /// What the up OSDs that reported their usage hold; `null`: none has reported yet.
     pub used_bytes: Option<u64>,
+    /// Up OSDs whose usage `used_bytes` includes (an OSD reports a few seconds after it starts).
+    #[serde(default)]
+    pub reporting_osds: u64,
 }
 
 /// `GET /status`.
@@ -265,12 +268,29 @@ pub fn osd_tree(map: &ClusterMap) -> OsdTree {
     }
 }
 
-pub fn status_view(cluster_id: String, leader: Option<LeaderView>, map: &ClusterMap) -> StatusView {
+/// What one running OSD's engine holds, as it answered the mon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OsdUsage {
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+    pub object_count: u64,
+}
+
+/// `usage`: the OSDs that answered the mon's question; only up OSDs count.
+pub fn status_view(
+    cluster_id: String,
+    leader: Option<LeaderView>,
+    map: &ClusterMap,
+    usage: &BTreeMap<u32, OsdUsage>,
+) -> StatusView {
     let mut pgs = PgSummary::default();
     for pool in map.pools.values() {
         pgs.add(pg_summary(pool, map.pg_tables.get(&pool.id), map));
     }
     let up: BTreeSet<u32> = map.osds.keys().filter(|id| map.live.contains_key(id)).copied().collect();
+    let reports = up.iter().filter_map(|id| usage.get(id));
+    let (reporting, used_bytes) =
+        reports.fold((0, 0u64), |(count, used), report| (count + 1, used + report.used_bytes));
     StatusView {
         cluster_id,
         leader,
@@ -278,6 +298,60 @@ pub fn status_view(cluster_id: String, leader: Option<LeaderView>, map: &Cluster
         pools: map.pools.len() as u64,
         volumes: map.volumes.len() as u64,
         pgs,
-        capacity: Capacity { total_bytes: map.osds.values().map(|osd| osd.capacity_bytes).sum(), used_bytes: None },
+        capacity: Capacity {
+            total_bytes: map.osds.values().map(|osd| osd.capacity_bytes).sum(),
+            used_bytes: (reporting > 0).then_some(used_bytes),
+            reporting_osds: reporting,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use cluster::{ClusterMap, OsdLiveRecord, OsdRecord};
+
+    use super::{status_view, OsdUsage};
+
+    fn map(osds: &[u32], live: &[u32]) -> ClusterMap {
+        let mut map = ClusterMap::default();
+        for &id in osds {
+            let record = OsdRecord {
+                version: 1,
+                id,
+                host: format!("h{id}"),
+                rack: "r".into(),
+                tags: BTreeSet::new(),
+                weight: 1.0,
+                capacity_bytes: 1 << 30,
+            };
+            map.osds.insert(id, record);
+        }
+        for &id in live {
+            map.live.insert(
+                id,
+                OsdLiveRecord { version: 1, address: format!("127.0.0.1:{id}"), incarnation: 1, local: None },
+            );
+        }
+        map
+    }
+
+    fn report(used_bytes: u64) -> OsdUsage {
+        OsdUsage { used_bytes, total_bytes: 1 << 30, object_count: used_bytes >> 17 }
+    }
+
+    #[test]
+    fn status_sums_the_usage_reported_by_up_osds_only() {
+        let map = map(&[1, 2, 3], &[1, 2]);
+        let none = status_view("c".into(), None, &map, &BTreeMap::new()).capacity;
+        assert_eq!((none.total_bytes, none.used_bytes, none.reporting_osds), (3 << 30, None, 0));
+        // OSD 3 is down (say it answered just before its lease ran out): it is not counted.
+        let stats = BTreeMap::from([(1, report(10 << 20)), (3, report(500 << 20))]);
+        let partial = status_view("c".into(), None, &map, &stats).capacity;
+        assert_eq!((partial.used_bytes, partial.reporting_osds), (Some(10 << 20), 1));
+        let stats = BTreeMap::from([(1, report(10 << 20)), (2, report(20 << 20)), (3, report(500 << 20))]);
+        let all = status_view("c".into(), None, &map, &stats).capacity;
+        assert_eq!((all.used_bytes, all.reporting_osds), (Some(30 << 20), 2));
     }
 }

@@ -239,7 +239,7 @@ async fn volumes_live_and_die_and_pools_are_removed_only_when_empty() {
     assert_eq!(status["pools"], 1);
     assert_eq!(status["volumes"], 1);
     assert_eq!(status["osds"], json!({"up": 3, "total": 3}));
-    assert_eq!(status["capacity"], json!({"total_bytes": 3u64 << 40, "used_bytes": null}));
+    assert_eq!(status["capacity"], json!({"total_bytes": 3u64 << 40, "used_bytes": null, "reporting_osds": 0}));
     mon.shutdown().await;
 }
 

@@ -417,6 +417,14 @@ impl Osd {
                 Ok(Response::ObjectInfo { version, data_crc32c: crc32c::crc32c(&data) })
             }
             Request::Ping => Ok(Response::Ping),
+            Request::Space => {
+                let space = self.engine.with(|engine| engine.space());
+                Ok(Response::Space {
+                    used_bytes: space.used_bytes,
+                    total_bytes: space.total_bytes,
+                    object_count: space.object_count,
+                })
+            }
         }
     }
 

@@ -38,11 +38,13 @@ pub enum Opcode {
     ObjectInfo = 32,
     /// Admin: liveness check and round-trip measurement.
     Ping = 33,
+    /// Admin: the OSD's space usage (for `basalt status`; statistics stay out of the metadata store).
+    Space = 34,
 }
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 12] = [
+    pub const ALL: [Opcode; 13] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
@@ -55,6 +57,7 @@ impl Opcode {
         Opcode::SecList,
         Opcode::ObjectInfo,
         Opcode::Ping,
+        Opcode::Space,
     ];
 
     /// The opcode with this number, or `None` if this build does not know it.

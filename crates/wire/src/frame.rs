@@ -101,6 +101,8 @@ pub enum Request {
         object: ObjectId,
     },
     Ping,
+    /// The OSD's space usage.
+    Space,
     /// Whether `object` exists at the PG's primary (`Ok` with its version, or `NoSuchObject`).
     Stat {
         pg: PgId,
@@ -136,6 +138,13 @@ pub enum Response {
     Ping,
     Stat {
         version: u64,
+    },
+    /// Data blocks in use (objects and blocks promised to journaled writes) and the data
+    /// capacity, in bytes, and the objects held.
+    Space {
+        used_bytes: u64,
+        total_bytes: u64,
+        object_count: u64,
     },
     /// `status` is never `Status::Ok`. The body is empty; for `WrongEpoch` the frame's epoch is the responder's.
     Failed {
@@ -176,6 +185,7 @@ impl Request {
             Request::SecList { .. } => Opcode::SecList,
             Request::ObjectInfo { .. } => Opcode::ObjectInfo,
             Request::Ping => Opcode::Ping,
+            Request::Space => Opcode::Space,
             Request::Stat { .. } => Opcode::Stat,
         }
     }
@@ -193,7 +203,7 @@ impl Request {
             | Request::SecList { pg, .. }
             | Request::ObjectInfo { pg, .. }
             | Request::Stat { pg, .. } => Some(pg),
-            Request::Flush | Request::Ping => None,
+            Request::Flush | Request::Ping | Request::Space => None,
         }
     }
 }
@@ -212,6 +222,7 @@ impl Response {
             Response::SecList { .. } => Opcode::SecList,
             Response::ObjectInfo { .. } => Opcode::ObjectInfo,
             Response::Ping => Opcode::Ping,
+            Response::Space { .. } => Opcode::Space,
             Response::Stat { .. } => Opcode::Stat,
             Response::Failed { opcode, .. } => *opcode,
         }
@@ -341,7 +352,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
     match opcode {
         Opcode::Read | Opcode::WriteZeroes | Opcode::Trim => PG + 8 + 8 + 4,
         Opcode::Write => PG + 8 + 8,
-        Opcode::Flush | Opcode::Ping => 0,
+        Opcode::Flush | Opcode::Ping | Opcode::Space => 0,
         Opcode::SecRead => PG + OBJECT + 4 + 4,
         Opcode::SecWrite => PG + OBJECT + 8 + 4,
         Opcode::SecDelete => PG + OBJECT + 8,
@@ -356,6 +367,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
         Response::SecRead { .. } => 8,
         Response::ObjectInfo { .. } => 8 + 4,
         Response::Stat { .. } => 8,
+        Response::Space { .. } => 24,
         Response::SecList { .. } => 4,
         _ => 0,
     }
@@ -391,7 +403,7 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
             put_u64(out, *offset_bytes);
             out.extend_from_slice(data);
         }
-        Request::Flush | Request::Ping => {}
+        Request::Flush | Request::Ping | Request::Space => {}
         Request::SecRead { pg, object, offset_bytes, length_bytes } => {
             put_pg(out, *pg);
             put_object(out, *object);
@@ -449,6 +461,11 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
             put_u32(out, *data_crc32c);
         }
         Response::Stat { version } => put_u64(out, *version),
+        Response::Space { used_bytes, total_bytes, object_count } => {
+            put_u64(out, *used_bytes);
+            put_u64(out, *total_bytes);
+            put_u64(out, *object_count);
+        }
         Response::Failed { status, .. } => assert_ne!(*status, Status::Ok),
     }
 }
@@ -494,6 +511,7 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         Opcode::SecList => Request::SecList { pg: reader.pg()?, start: reader.object()?, count_max: reader.u32()? },
         Opcode::ObjectInfo => Request::ObjectInfo { pg: reader.pg()?, object: reader.object()? },
         Opcode::Ping => Request::Ping,
+        Opcode::Space => Request::Space,
         Opcode::Stat => Request::Stat { pg: reader.pg()?, object: reader.object()? },
     })
 }
@@ -527,6 +545,10 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
             Response::ObjectInfo { version: reader.u64()?, data_crc32c: reader.u32()? }
         }
         Opcode::Ping => Response::Ping,
+        Opcode::Space => {
+            reader.require(24)?;
+            Response::Space { used_bytes: reader.u64()?, total_bytes: reader.u64()?, object_count: reader.u64()? }
+        }
         Opcode::Stat => {
             reader.require(8)?;
             Response::Stat { version: reader.u64()? }

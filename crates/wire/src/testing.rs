@@ -24,6 +24,7 @@ pub(crate) fn sample_requests() -> Vec<Request> {
         Request::SecList { pg, start: object, count_max: 1000 },
         Request::ObjectInfo { pg, object },
         Request::Ping,
+        Request::Space,
         Request::Stat { pg, object },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| requests.iter().any(|request| request.opcode() == *opcode)));
@@ -47,6 +48,7 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::ObjectInfo { version: 78, data_crc32c: 0xdead_beef },
         Response::Ping,
         Response::Stat { version: 79 },
+        Response::Space { used_bytes: 1 << 30, total_bytes: 1 << 40, object_count: 8192 },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| responses.iter().any(|response| response.opcode() == *opcode)));
     for (index, status) in Status::ALL.into_iter().filter(|status| !status.is_ok()).enumerate() {

@@ -54,6 +54,7 @@ fn request() -> impl Strategy<Value = Request> {
         (pg(), object()).prop_map(|(pg, object)| Request::ObjectInfo { pg, object }),
         (pg(), object()).prop_map(|(pg, object)| Request::Stat { pg, object }),
         Just(Request::Ping),
+        Just(Request::Space),
     ]
 }
 
@@ -81,6 +82,9 @@ fn response() -> impl Strategy<Value = Response> {
         (any::<u64>(), any::<u32>()).prop_map(|(version, data_crc32c)| Response::ObjectInfo { version, data_crc32c }),
         any::<u64>().prop_map(|version| Response::Stat { version }),
         Just(Response::Ping),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(used_bytes, total_bytes, object_count)| {
+            Response::Space { used_bytes, total_bytes, object_count }
+        }),
         (opcode(), error_status()).prop_map(|(opcode, status)| Response::Failed { opcode, status }),
     ]
 }

@@ -24,7 +24,10 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
         None => "none (no mon leads: PG tables are not updated)".into(),
     };
     let used = match status.capacity.used_bytes {
-        Some(used) => format_bytes(used),
+        Some(used) if status.capacity.reporting_osds == status.osds.up => format_bytes(used),
+        Some(used) => {
+            format!("{}, from {} of {} up OSDs", format_bytes(used), status.capacity.reporting_osds, status.osds.up)
+        }
         None => "not reported".into(),
     };
     println!("cluster   {}", status.cluster_id);
