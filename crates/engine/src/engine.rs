@@ -1026,6 +1026,19 @@ impl<D: Disk> Engine<D> {
         objects.into_iter().filter_map(|(object, version)| Some((object, version?))).collect()
     }
 
+    /// How many objects exist, as `list_objects` would count them, without listing: the index
+    /// corrected by the objects the journal wrote or deleted since (RAM only, no allocation, so
+    /// a status request does not stall the OSD's thread on a large engine).
+    fn object_count(&self) -> u64 {
+        let mut count = self.index.len() as i64;
+        for (object, dirty) in &self.dirty {
+            let Some(last) = dirty.entries.last() else { continue };
+            let exists = !matches!(last.kind, DirtyKind::Delete);
+            count += i64::from(exists) - i64::from(self.index.get(*object).is_some());
+        }
+        count as u64
+    }
+
     /// The newest version of `object` the engine knows: its last write, or a delete that replay
     /// could still read. A caller minting versions (a PG primary) must go above it.
     pub fn object_version(&self, object: ObjectId) -> Option<u64> {
@@ -1059,7 +1072,7 @@ impl<D: Disk> Engine<D> {
             free_bytes: available * object_size,
             journal_total_bytes: self.geometry.journal_size_bytes,
             journal_used_bytes: self.journal_used_bytes(),
-            object_count: self.list_objects().len() as u64,
+            object_count: self.object_count(),
         }
     }
 

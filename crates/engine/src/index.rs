@@ -156,7 +156,6 @@ impl Index {
         Some(removed)
     }
 
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
     }
