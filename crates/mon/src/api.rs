@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
-use crate::views::{OsdUsage, VolumeList, VolumeView};
+use crate::views::{VolumeList, VolumeView};
 use crate::Shared;
 
 /// The API's routes on top of `shared`'s store.
@@ -157,8 +157,8 @@ async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusV
     let store = shared.store.as_ref();
     let cluster = admin::cluster_record(store).await?;
     let map = ClusterMap::load(store).await?;
-    let usage = osd_usage(&map).await;
-    Ok(Json(views::status_view(cluster.cluster_id, leader(store).await?, &map, &usage)))
+    let used_bytes = osd_used_bytes(&map).await;
+    Ok(Json(views::status_view(cluster.cluster_id, leader(store).await?, &map, &used_bytes)))
 }
 
 /// How long the status waits for an OSD's answer about its usage.
@@ -167,7 +167,7 @@ const USAGE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Asks every up OSD for its space usage, all at once, over the wire protocol: statistics stay
 /// out of the metadata store. An OSD that does not answer in time is left out (the status
 /// says how many answered).
-async fn osd_usage(map: &ClusterMap) -> BTreeMap<u32, OsdUsage> {
+async fn osd_used_bytes(map: &ClusterMap) -> BTreeMap<u32, u64> {
     let mut asks = tokio::task::JoinSet::new();
     for &osd in map.live.keys() {
         let Some(address) = map.address(osd).map(str::to_string) else { continue };
@@ -176,9 +176,7 @@ async fn osd_usage(map: &ClusterMap) -> BTreeMap<u32, OsdUsage> {
                 let connection = net::connect(&address).await.map_err(|error| error.to_string())?;
                 let reply = connection.call(0, wire::Request::Space).await.map_err(|error| error.to_string())?;
                 match reply.response {
-                    wire::Response::Space { used_bytes, total_bytes, object_count } => {
-                        Ok(OsdUsage { used_bytes, total_bytes, object_count })
-                    }
+                    wire::Response::Space { used_bytes, .. } => Ok(used_bytes),
                     other => Err(format!("answered {:?}", other.opcode())),
                 }
             };

@@ -268,29 +268,20 @@ pub fn osd_tree(map: &ClusterMap) -> OsdTree {
     }
 }
 
-/// What one running OSD's engine holds, as it answered the mon.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OsdUsage {
-    pub used_bytes: u64,
-    pub total_bytes: u64,
-    pub object_count: u64,
-}
-
-/// `usage`: the OSDs that answered the mon's question; only up OSDs count.
+/// `used_bytes`: what each OSD that answered the mon holds; only up OSDs count.
 pub fn status_view(
     cluster_id: String,
     leader: Option<LeaderView>,
     map: &ClusterMap,
-    usage: &BTreeMap<u32, OsdUsage>,
+    used_bytes: &BTreeMap<u32, u64>,
 ) -> StatusView {
     let mut pgs = PgSummary::default();
     for pool in map.pools.values() {
         pgs.add(pg_summary(pool, map.pg_tables.get(&pool.id), map));
     }
     let up: BTreeSet<u32> = map.osds.keys().filter(|id| map.live.contains_key(id)).copied().collect();
-    let reports = up.iter().filter_map(|id| usage.get(id));
-    let (reporting, used_bytes) =
-        reports.fold((0, 0u64), |(count, used), report| (count + 1, used + report.used_bytes));
+    let reports: Vec<u64> = up.iter().filter_map(|id| used_bytes.get(id).copied()).collect();
+    let reporting = reports.len() as u64;
     StatusView {
         cluster_id,
         leader,
@@ -300,7 +291,7 @@ pub fn status_view(
         pgs,
         capacity: Capacity {
             total_bytes: map.osds.values().map(|osd| osd.capacity_bytes).sum(),
-            used_bytes: (reporting > 0).then_some(used_bytes),
+            used_bytes: (reporting > 0).then(|| reports.iter().sum()),
             reporting_osds: reporting,
         },
     }
@@ -312,7 +303,7 @@ mod tests {
 
     use cluster::{ClusterMap, OsdLiveRecord, OsdRecord};
 
-    use super::{status_view, OsdUsage};
+    use super::status_view;
 
     fn map(osds: &[u32], live: &[u32]) -> ClusterMap {
         let mut map = ClusterMap::default();
@@ -337,20 +328,16 @@ mod tests {
         map
     }
 
-    fn report(used_bytes: u64) -> OsdUsage {
-        OsdUsage { used_bytes, total_bytes: 1 << 30, object_count: used_bytes >> 17 }
-    }
-
     #[test]
     fn status_sums_the_usage_reported_by_up_osds_only() {
         let map = map(&[1, 2, 3], &[1, 2]);
         let none = status_view("c".into(), None, &map, &BTreeMap::new()).capacity;
         assert_eq!((none.total_bytes, none.used_bytes, none.reporting_osds), (3 << 30, None, 0));
         // OSD 3 is down (say it answered just before its lease ran out): it is not counted.
-        let stats = BTreeMap::from([(1, report(10 << 20)), (3, report(500 << 20))]);
+        let stats = BTreeMap::from([(1, 10 << 20), (3, 500 << 20)]);
         let partial = status_view("c".into(), None, &map, &stats).capacity;
         assert_eq!((partial.used_bytes, partial.reporting_osds), (Some(10 << 20), 1));
-        let stats = BTreeMap::from([(1, report(10 << 20)), (2, report(20 << 20)), (3, report(500 << 20))]);
+        let stats = BTreeMap::from([(1, 10 << 20), (2, 20 << 20), (3, 500 << 20)]);
         let all = status_view("c".into(), None, &map, &stats).capacity;
         assert_eq!((all.used_bytes, all.reporting_osds), (Some(30 << 20), 2));
     }
