@@ -4,11 +4,13 @@
 # filesystem (no network hop, no replication), and raw-baseline.sh on that filesystem, ROUNDS
 # times each, alternating; then pgbench on a Basalt volume, on `nbdkit memory` through the same
 # nbdfuse + loop chain, and in a local directory. Prints medians and ratios, and the disk's
-# floor for three durable copies at once (`basalt engine sync-floor`).
+# floor for three durable copies at once (`basalt engine sync-floor`). With REP1=1 (the default)
+# every Basalt run is repeated on a volume of a pool with one copy, on the same OSDs: the stack's
+# own cost without the three copies that share this machine's one disk.
 #
 # Usage: scripts/bench-nbd.sh [DIR]        (default /var/tmp; as root; needs the rig's tools)
 # Env:   ROUNDS=3  RUNTIME=10  SIZE=1G  PGBENCH=1 (0 skips pgbench)  PGBENCH_TIME=30
-#        PGBENCH_SCALE=20  SPIN_US=0  OUT=DIR (keeps the raw results)
+#        PGBENCH_SCALE=20  SPIN_US=0  REP1=1  OUT=DIR (keeps the raw results)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-/var/tmp}
@@ -40,6 +42,14 @@ mkdir -p "$dir"
 pids+=($!)
 for _ in $(seq 1 300); do grep -q ready "$out/dev.log" && break; sleep 0.2; done
 grep -q ready "$out/dev.log" || { echo "bench-nbd: basalt dev did not start; see $out/dev.log" >&2; exit 1; }
+rep1=${REP1:-1}
+if [[ $rep1 == 1 ]]; then
+    api=(--api 127.0.0.1:20080)
+    "$basalt" -q pool create one --replicas 1 --failure-domain osd "${api[@]}" >/dev/null
+    "$basalt" -q volume create bench1 --size "$size" --pool one "${api[@]}" >/dev/null
+    "$basalt" -q volume create pg1 --size 4G --pool one "${api[@]}" >/dev/null
+    sleep 2 # the gateway learns of new volumes from the map
+fi
 
 qemu_file=$dir/qemu-nbd.img
 fallocate -l "$size" "$qemu_file"
@@ -53,6 +63,10 @@ for round in $(seq 1 "$rounds"); do
     echo "bench-nbd: round $round of $rounds" >&2
     OUT_DIR="$out/basalt-$round" RUNTIME=$runtime SIZE=$size WORKLOADS="$workloads" \
         bash "$rig/fio-suite.sh" "nbd://$nbd_basalt/bench" >"$out/basalt-$round.txt"
+    if [[ $rep1 == 1 ]]; then
+        OUT_DIR="$out/rep1-$round" RUNTIME=$runtime SIZE=$size WORKLOADS="$workloads" \
+            bash "$rig/fio-suite.sh" "nbd://$nbd_basalt/bench1" >"$out/rep1-$round.txt"
+    fi
     OUT_DIR="$out/qemu-$round" RUNTIME=$runtime SIZE=$size WORKLOADS="$workloads" \
         bash "$rig/fio-suite.sh" "nbd://$nbd_qemu/ref" >"$out/qemu-$round.txt"
     OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=$size WORKLOADS="$workloads" \
@@ -67,6 +81,9 @@ if [[ "${PGBENCH:-1}" == 1 ]]; then
     export PGBENCH_TIME=${PGBENCH_TIME:-30} PGBENCH_SCALE=${PGBENCH_SCALE:-20}
     for round in $(seq 1 "$rounds"); do
         bash "$rig/pgbench-on-nbd.sh" "nbd://$nbd_basalt/pg" >"$out/pg-basalt-$round.txt" 2>&1
+        if [[ $rep1 == 1 ]]; then
+            bash "$rig/pgbench-on-nbd.sh" "nbd://$nbd_basalt/pg1" >"$out/pg-rep1-$round.txt" 2>&1
+        fi
         bash "$rig/pgbench-on-nbd.sh" "nbd://$nbd_memory/" >"$out/pg-memory-$round.txt" 2>&1
         mkdir -p "$dir/pglocal" && chmod 777 "$dir/pglocal"
         bash "$rig/pgbench-on-nbd.sh" --local "$dir/pglocal" >"$out/pg-local-$round.txt" 2>&1
@@ -74,9 +91,9 @@ if [[ "${PGBENCH:-1}" == 1 ]]; then
     done
 fi
 
-python3 - "$out" "$rounds" "${PGBENCH:-1}" <<'PY'
+python3 - "$out" "$rounds" "${PGBENCH:-1}" "$rep1" <<'PY'
 import json, os, re, statistics, sys
-out, rounds, pg = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+out, rounds, pg, rep1 = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 med = statistics.median
 def fio(kind, r, name):
     job = json.load(open(f"{out}/{kind}-{r}/{name}.json"))["jobs"][0]
@@ -99,6 +116,18 @@ qemu_flush_us = 1e6 / med([fio("qemu", r, "randwrite-4k-qd1-fsync")[0] for r in 
 print(f"disk floor (basalt engine sync-floor): 3 durable 4k writes at once {lockstep:.0f} us, one alone {one:.0f} us "
       f"({lockstep / one:.2f}x); qemu-nbd's write + flush takes {qemu_flush_us:.0f} us, so 3 copies on this disk "
       f"can reach at most {qemu_flush_us / lockstep:.2f}x its IOPS before any network hop")
+if rep1:
+    print("replication 1 (pool `one`, same OSDs and gateway): the stack without three copies on one disk")
+    for name in names:
+        one_copy = [fio("rep1", r, name) for r in range(1, rounds + 1)]
+        m = {k: med([fio(k, r, name)[0] for r in range(1, rounds + 1)]) for k in ("basalt", "qemu")}
+        r1 = tuple(med([x[i] for x in one_copy]) for i in range(3))
+        if name.endswith("qd1") and name.startswith("randread"):
+            q_lat = med([fio("qemu", r, name)[1] for r in range(1, rounds + 1)])
+            ratio = f"latency {r1[1] / q_lat:.2f}x qemu-nbd"
+        else:
+            ratio = f"IOPS {r1[0] / m['qemu']:.2f}x qemu-nbd"
+        print(f"  {name:<24} {r1[0]:>9.0f} IOPS {r1[1]:>8.1f} us mean   {ratio}   (replication 3: {m['basalt'] / r1[0]:.2f}x the IOPS of replication 1)")
 print(f"# medians of {rounds} rounds; fio's nbd engine (libnbd) for basalt and qemu-nbd, libaio O_DIRECT on a file for raw")
 if pg:
     def tps(kind):
@@ -112,5 +141,8 @@ if pg:
         return med(values)
     b, m, l = tps("basalt"), tps("memory"), tps("local")
     print(f"pgbench TPS: basalt {b:.0f}, nbdkit memory {m:.0f} (basalt {b / m:.2f}x), local directory {l:.0f} (basalt {b / l:.2f}x)")
+    if rep1:
+        one = tps("rep1")
+        print(f"pgbench TPS with replication 1: {one:.0f} ({one / m:.2f}x nbdkit memory)")
 PY
 echo "bench-nbd: raw results in $out" >&2

@@ -268,7 +268,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
         // What the engine did for the workload (ramp and final journal flush included).
         global.say(format_args!(
             "{}: {} records of {:.1} entries, {} out of order, {} journal-full waits; flusher: {} jobs, \
-             {} pages in {} writes, {} MiB read back, {} flushes",
+             {} pages in {} writes, {} metadata pages in {} writes, {} MiB read back, {} flushes",
             workload.name,
             after.records_written - before.records_written,
             (after.record_entries_written - before.record_entries_written) as f64
@@ -278,6 +278,8 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
             after.flusher_jobs - before.flusher_jobs,
             after.flusher_pages_copied - before.flusher_pages_copied,
             after.flusher_copy_writes - before.flusher_copy_writes,
+            after.flusher_meta_pages_written - before.flusher_meta_pages_written,
+            after.flusher_meta_writes - before.flusher_meta_writes,
             (after.flusher_journal_read_bytes - before.flusher_journal_read_bytes) >> 20,
             after.flusher_barriers - before.flusher_barriers,
         ));
