@@ -48,7 +48,11 @@ if [[ $rep1 == 1 ]]; then
     "$basalt" -q pool create one --replicas 1 --failure-domain osd "${api[@]}" >/dev/null
     "$basalt" -q volume create bench1 --size "$size" --pool one "${api[@]}" >/dev/null
     "$basalt" -q volume create pg1 --size 4G --pool one "${api[@]}" >/dev/null
-    sleep 2 # the gateway learns of new volumes from the map
+    # The gateway learns of new volumes from the map: wait until it serves them.
+    for export in bench1 pg1; do
+        for _ in $(seq 1 100); do nbdinfo --size "nbd://$nbd_basalt/$export" >/dev/null 2>&1 && break; sleep 0.1; done
+        nbdinfo --size "nbd://$nbd_basalt/$export" >/dev/null || { echo "bench-nbd: no export $export" >&2; exit 1; }
+    done
 fi
 
 qemu_file=$dir/qemu-nbd.img
@@ -101,10 +105,12 @@ def fio(kind, r, name):
     return d["iops"], d["lat_ns"]["mean"] / 1000, d["lat_ns"]["percentile"].get("99.000000", 0) / 1000
 names = ["randread-4k-qd1", "randread-4k-qd32", "randwrite-4k-qd1", "randwrite-4k-qd1-fsync", "randwrite-4k-qd32"]
 print(f"{'workload':<24} {'basalt IOPS':>11} {'mean us':>8} {'p99 us':>8}   {'qemu-nbd IOPS':>13} {'mean us':>8}   {'raw IOPS':>9} {'mean us':>8}   basalt/qemu-nbd   basalt/raw")
+def medians(kind, name):
+    """(IOPS, mean us, p99 us) of one workload, each the median over the rounds."""
+    runs = [fio(kind, r, name) for r in range(1, rounds + 1)]
+    return tuple(med([run[i] for run in runs]) for i in range(3))
 for name in names:
-    rows = {k: [fio(k, r, name) for r in range(1, rounds + 1)] for k in ("basalt", "qemu", "raw")}
-    m = {k: tuple(med([x[i] for x in v]) for i in range(3)) for k, v in rows.items()}
-    b, q, w = m["basalt"], m["qemu"], m["raw"]
+    b, q, w = medians("basalt", name), medians("qemu", name), medians("raw", name)
     if name.endswith("qd1") and name.startswith("randread"):
         rq, rw = f"latency {b[1] / q[1]:.2f}x", f"latency {b[1] / w[1]:.2f}x"
     else:
@@ -119,15 +125,12 @@ print(f"disk floor (basalt engine sync-floor): 3 durable 4k writes at once {lock
 if rep1:
     print("replication 1 (pool `one`, same OSDs and gateway): the stack without three copies on one disk")
     for name in names:
-        one_copy = [fio("rep1", r, name) for r in range(1, rounds + 1)]
-        m = {k: med([fio(k, r, name)[0] for r in range(1, rounds + 1)]) for k in ("basalt", "qemu")}
-        r1 = tuple(med([x[i] for x in one_copy]) for i in range(3))
+        r1, b, q = medians("rep1", name), medians("basalt", name), medians("qemu", name)
         if name.endswith("qd1") and name.startswith("randread"):
-            q_lat = med([fio("qemu", r, name)[1] for r in range(1, rounds + 1)])
-            ratio = f"latency {r1[1] / q_lat:.2f}x qemu-nbd"
+            ratio = f"latency {r1[1] / q[1]:.2f}x qemu-nbd"
         else:
-            ratio = f"IOPS {r1[0] / m['qemu']:.2f}x qemu-nbd"
-        print(f"  {name:<24} {r1[0]:>9.0f} IOPS {r1[1]:>8.1f} us mean   {ratio}   (replication 3: {m['basalt'] / r1[0]:.2f}x the IOPS of replication 1)")
+            ratio = f"IOPS {r1[0] / q[0]:.2f}x qemu-nbd"
+        print(f"  {name:<24} {r1[0]:>9.0f} IOPS {r1[1]:>8.1f} us mean   {ratio}   (replication 3: {b[0] / r1[0]:.2f}x the IOPS of replication 1)")
 print(f"# medians of {rounds} rounds; fio's nbd engine (libnbd) for basalt and qemu-nbd, libaio O_DIRECT on a file for raw")
 if pg:
     def tps(kind):
