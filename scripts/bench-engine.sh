@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Engine benchmark against the raw disk, in one sitting: alternates fio's raw-baseline.sh and
 # `basalt engine bench` on the same filesystem ROUNDS times and prints the medians and ratios.
+# Each round also runs fio's QD32 random write with an fdatasync after every 32 writes: the
+# disk's rate for durable random writes, which bounds the engine's sustained QD32 write.
 #
 # Usage: scripts/bench-engine.sh [DIR]        (default /var/tmp; needs fio and jq)
 # Env:   ROUNDS=3  RUNTIME=10  SPIN_US=0  OUT=DIR (keeps the raw results)
@@ -18,7 +20,15 @@ cargo build --release -p basalt >&2
 workloads="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd1-fsync randwrite-4k-qd32"
 for round in $(seq 1 "$rounds"); do
     echo "bench-engine: round $round of $rounds" >&2
-    OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" bash "$rig/raw-baseline.sh" "$dir" >"$out/raw-$round.txt"
+    OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" KEEP_FILE=1 \
+        bash "$rig/raw-baseline.sh" "$dir" >"$out/raw-$round.txt"
+    # The durable reference for the QD32 write: the same random writes on the same file, an
+    # fdatasync after every 32 (one engine record's worth), each page written once.
+    fio --name=randwrite-4k-qd32-fdatasync32 --filename="$dir/rig-raw-baseline.fio" --size=1G \
+        --rw=randwrite --bs=4k --iodepth=32 --fdatasync=32 --ioengine=libaio --direct=1 \
+        --runtime="$runtime" --ramp_time=2 --time_based --output-format=json \
+        --output="$out/raw-$round/randwrite-4k-qd32-fdatasync32.json" >/dev/null
+    rm -f "$dir/rig-raw-baseline.fio"
     target/release/basalt -q engine bench --data "$dir/basalt-bench.img" --size "${SIZE:-1200M}" --runtime "$runtime" \
         --spin-us "${SPIN_US:-0}" --json --workloads randread-4k-qd1,randread-4k-qd32,randwrite-4k-qd1,randwrite-4k-qd32 \
         >"$out/engine-$round.json"
@@ -58,6 +68,12 @@ for ours, raw, kind in rows:
         # the stricter comparison.
         ratio += f", time per op {fi / ei:.2f}x"
     print(f"{ours:<20} {ei:>12.0f} {el:>9.1f} {ep:>8.0f}   {raw:<24} {fi:>9.0f} {fl:>9.1f} {fp:>8.0f}   {ratio}")
+def fio_iops(round_, name):
+    return json.load(open(f"{out}/raw-{round_}/{name}.json"))["jobs"][0]["write"]["iops"]
+durable = med([fio_iops(r, "randwrite-4k-qd32-fdatasync32") for r in range(1, rounds + 1)])
+engine_qd32 = med([engine(r, "randwrite-4k-qd32")[0] for r in range(1, rounds + 1)])
+print(f"{'':<20} {'':>12} {'':>9} {'':>8}   {'...-fdatasync32':<24} {durable:>9.0f} {'':>9} {'':>8}   "
+      f"IOPS {engine_qd32 / durable:.2f}x (fio made durable every 32 writes)")
 print(f"# medians of {rounds} rounds; raw fsync row: mean latency = write + fsync per operation")
 PY
 echo "bench-engine: raw results in $out" >&2
