@@ -44,7 +44,7 @@ def fio(round_, name):
     sync = job.get("sync", {})
     if sync.get("total_ios", 0) > 0:
         lat += sync["lat_ns"]["mean"] / 1000  # per-operation time includes the fsync
-    return d["iops"], lat, d["lat_ns"]["percentile"].get("99.000000", 0) / 1000
+    return d["iops"], lat, d["lat_ns"].get("percentile", {}).get("99.000000", 0) / 1000
 def engine(round_, name):
     rows = {row["workload"]: row for row in json.load(open(f"{out}/engine-{round_}.json"))}
     r = rows[name]
@@ -68,9 +68,7 @@ for ours, raw, kind in rows:
         # the stricter comparison.
         ratio += f", time per op {fi / ei:.2f}x"
     print(f"{ours:<20} {ei:>12.0f} {el:>9.1f} {ep:>8.0f}   {raw:<24} {fi:>9.0f} {fl:>9.1f} {fp:>8.0f}   {ratio}")
-def fio_iops(round_, name):
-    return json.load(open(f"{out}/raw-{round_}/{name}.json"))["jobs"][0]["write"]["iops"]
-durable = med([fio_iops(r, "randwrite-4k-qd32-fdatasync32") for r in range(1, rounds + 1)])
+durable = med([fio(r, "randwrite-4k-qd32-fdatasync32")[0] for r in range(1, rounds + 1)])
 engine_qd32 = med([engine(r, "randwrite-4k-qd32")[0] for r in range(1, rounds + 1)])
 print(f"{'':<20} {'':>12} {'':>9} {'':>8}   {'...-fdatasync32':<24} {durable:>9.0f} {'':>9} {'':>8}   "
       f"IOPS {engine_qd32 / durable:.2f}x (fio made durable every 32 writes)")

@@ -4,16 +4,13 @@
 
 use std::process::Command;
 
-const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
+use testkit::Scratch;
 
-fn scratch() -> tempfile::TempDir {
-    // Under the target directory: a real filesystem with O_DIRECT, unlike some tmpfs mounts.
-    tempfile::Builder::new().prefix("engine-bench").tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
-}
+const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
 
 #[test]
 fn engine_bench_formats_with_the_journal_size_asked_for_and_prints_json() {
-    let dir = scratch();
+    let dir = Scratch::new("engine-bench-json");
     let data = dir.path().join("bench.img");
     let output = Command::new(BASALT)
         .args(["engine", "bench", "--data", data.to_str().expect("utf-8 path"), "--size", "96M"])
@@ -39,7 +36,7 @@ fn engine_bench_formats_with_the_journal_size_asked_for_and_prints_json() {
 
 #[test]
 fn engine_bench_refuses_a_journal_size_the_format_cannot_hold() {
-    let dir = scratch();
+    let dir = Scratch::new("engine-bench-refuses");
     let data = dir.path().join("bench.img");
     for journal_size in ["5000", "1M"] {
         let output = Command::new(BASALT)

@@ -4,16 +4,13 @@
 
 use std::process::Command;
 
-const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
+use testkit::Scratch;
 
-fn scratch() -> tempfile::TempDir {
-    // Under the target directory: a real filesystem with O_DIRECT, unlike some tmpfs mounts.
-    tempfile::Builder::new().prefix("sync-floor").tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch dir")
-}
+const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
 
 #[test]
 fn sync_floor_reports_one_writer_and_lockstep_rounds_and_cleans_up() {
-    let dir = scratch();
+    let dir = Scratch::new("sync-floor-reports");
     let dir_text = dir.path().to_str().expect("utf-8 path");
     let output = Command::new(BASALT)
         .args(["-q", "engine", "sync-floor", "--dir", dir_text, "--writers", "2", "--runtime", "2"])
@@ -39,7 +36,7 @@ fn sync_floor_reports_one_writer_and_lockstep_rounds_and_cleans_up() {
 
 #[test]
 fn sync_floor_refuses_bad_arguments_naming_them() {
-    let dir = scratch();
+    let dir = Scratch::new("sync-floor-refuses");
     let dir_text = dir.path().to_str().expect("utf-8 path");
     let missing = dir.path().join("missing");
     let cases: [(Vec<&str>, &str); 5] = [
