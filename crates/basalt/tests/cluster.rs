@@ -198,8 +198,8 @@ async fn read_all(volume: &client::Volume, model: &[u8], when: &str) {
 /// Every written object has the same version and bytes on each member of its PG, and those
 /// bytes are what the client wrote.
 async fn check_replicas(meta_url: &str, volume: &client::Volume, model: &[u8], stripes: &BTreeSet<u64>) {
-    let store = cluster::connect(meta_url).await.expect("connect to the metadata store");
-    let map = cluster::ClusterMap::load(store.as_ref()).await.expect("load the cluster map");
+    let store = cluster_watch::connect(meta_url).await.expect("connect to the metadata store");
+    let map = cluster_watch::load(store.as_ref()).await.expect("load the cluster map");
     let record = map.volumes.get(volume.name()).expect("volume record");
     let pool = map.pools.get(&record.pool).expect("pool record");
     let object_bytes = volume.object_size_bytes() as usize;
@@ -336,11 +336,11 @@ fn run(store: Store) {
             check_replicas(&meta_url, &volume, &model, &stripes).await;
             nbd_gateway_serves(&scratch, &meta_url, &model);
             // Removing the volume removes its objects from every replica, in the background.
-            let store = cluster::connect(&meta_url).await.expect("connect to the metadata store");
-            let before = cluster::ClusterMap::load(store.as_ref()).await.expect("map");
+            let store = cluster_watch::connect(&meta_url).await.expect("connect to the metadata store");
+            let before = cluster_watch::load(store.as_ref()).await.expect("map");
             cli(&["volume", "rm", "v1", "--api", API]);
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            while cluster::ClusterMap::load(store.as_ref()).await.expect("map").volumes.contains_key("v1") {
+            while cluster_watch::load(store.as_ref()).await.expect("map").volumes.contains_key("v1") {
                 assert!(std::time::Instant::now() < deadline, "volume v1 still listed 60 s after volume rm");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }

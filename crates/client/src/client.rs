@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use cluster::{keys, ClusterMap, MapWatcher, VolumeRecord};
+use cluster::{keys, ClusterMap, VolumeRecord};
+use cluster_watch::MapWatcher;
 use meta::MetaStore;
 use net::Connection;
 use tokio::sync::{watch, OnceCell};
@@ -54,7 +55,7 @@ impl Client {
     }
 
     pub async fn connect_with(meta_url: &str, options: ClientOptions) -> Result<Client, ClientError> {
-        let store = cluster::connect(meta_url).await?;
+        let store = cluster_watch::connect(meta_url).await?;
         Client::with_store_and_options(store, options).await
     }
 

@@ -2,19 +2,19 @@
 //!
 //! - [`keys`] and [`records`]: the metadata store's key layout and typed values
 //!   (`docs/design/metadata-keys.md`), decoded as untrusted input.
-//! - [`connect`]: reaching the metadata store from a URL (etcd or an embedded store served by a mon).
 //! - [`layout`]: volume bytes to objects to PGs, and how a primary mints object versions.
-//! - [`map`]: a live, consistent view of pools, PG tables and OSDs, kept by list-then-watch.
+//! - [`map`]: pools, PG tables, OSDs and volumes at one revision of the store.
+//!
+//! Nothing here does I/O on the store or needs a runtime: reaching the store and following the
+//! map live in `cluster-watch`, so the data-path math and the schema stay deterministic.
 
-pub mod connect;
 pub mod keys;
 pub mod layout;
 pub mod map;
 pub mod records;
 
-pub use connect::{connect, MetaUrl};
 pub use layout::{mint_version, object_pg, ObjectRef};
-pub use map::{ClusterMap, MapWatcher, PgState};
+pub use map::{ClusterMap, PgState};
 pub use records::{
     machine_id, ClusterRecord, Counter, FailureDomainName, LeaderRecord, LocalSocket, OsdLiveRecord, OsdRecord,
     PgHistoryRecord, PgTableRecord, PoolRecord, RecordError, Redundancy, VolumeRecord,

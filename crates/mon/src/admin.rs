@@ -305,7 +305,7 @@ pub async fn create_pool(store: &dyn MetaStore, request: &CreatePool) -> Result<
         // The counter first, then the listing: a pool created in between moves the counter.
         let counter_kv = store.get(keys::POOL_ID_COUNTER).await?;
         let (next, counter_revision) = counter_of(keys::POOL_ID_COUNTER, counter_kv.as_ref())?;
-        let map = ClusterMap::load(store).await?;
+        let map = cluster_watch::load(store).await?;
         if map.pool_by_name(&request.name).is_some() {
             return Err(AdminError::Conflict(format!("pool {:?} already exists", request.name)));
         }
@@ -457,7 +457,7 @@ pub async fn create_volume(store: &dyn MetaStore, request: &CreateVolume) -> Res
     let cluster = cluster_record(store).await?;
     let volume_key = keys::volume(&request.name);
     for _ in 0..CAS_ATTEMPTS_MAX {
-        let map = ClusterMap::load(store).await?;
+        let map = cluster_watch::load(store).await?;
         if map.volumes.contains_key(&request.name) {
             return Err(AdminError::Conflict(format!("volume {:?} already exists", request.name)));
         }

@@ -156,7 +156,7 @@ async fn get_cluster(State(shared): State<Arc<Shared>>) -> ApiResult<Json<Cluste
 async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusView>> {
     let store = shared.store.as_ref();
     let cluster = admin::cluster_record(store).await?;
-    let map = ClusterMap::load(store).await?;
+    let map = cluster_watch::load(store).await?;
     let used_bytes = osd_used_bytes(&map).await;
     Ok(Json(views::status_view(cluster.cluster_id, leader(store).await?, &map, &used_bytes)))
 }
@@ -199,12 +199,12 @@ async fn osd_used_bytes(map: &ClusterMap) -> BTreeMap<u32, u64> {
 }
 
 async fn list_pools(State(shared): State<Arc<Shared>>) -> ApiResult<Json<PoolList>> {
-    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
     Ok(Json(PoolList { pools: map.pools.values().map(|pool| views::pool_view(pool, &map)).collect() }))
 }
 
 async fn get_pool(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<PoolView>> {
-    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
     let pool = map.pool_by_name(&name).ok_or_else(|| AdminError::NotFound(format!("pool {name:?} does not exist")))?;
     Ok(Json(views::pool_view(pool, &map)))
 }
@@ -215,14 +215,14 @@ async fn create_pool(
 ) -> ApiResult<(StatusCode, Json<PoolView>)> {
     let store = shared.store.as_ref();
     let pool = admin::create_pool(store, &request).await?;
-    let map = ClusterMap::load(store).await?;
+    let map = cluster_watch::load(store).await?;
     Ok((StatusCode::CREATED, Json(views::pool_view(&pool, &map))))
 }
 
 async fn delete_pool(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<PoolView>> {
     let store = shared.store.as_ref();
     let pool = admin::delete_pool(store, &name).await?;
-    let map = ClusterMap::load(store).await?;
+    let map = cluster_watch::load(store).await?;
     Ok(Json(views::pool_view(&pool, &map)))
 }
 
@@ -232,7 +232,7 @@ fn volume_view(shared: &Shared, volume: &cluster::VolumeRecord, map: &ClusterMap
 }
 
 async fn list_volumes(State(shared): State<Arc<Shared>>) -> ApiResult<Json<VolumeList>> {
-    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
     let volumes = map.volumes.values().map(|volume| volume_view(&shared, volume, &map)).collect();
     Ok(Json(VolumeList { volumes }))
 }
@@ -240,7 +240,7 @@ async fn list_volumes(State(shared): State<Arc<Shared>>) -> ApiResult<Json<Volum
 async fn get_volume(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<VolumeView>> {
     let store = shared.store.as_ref();
     let (volume, _) = admin::get_volume(store, &name).await?;
-    let map = ClusterMap::load(store).await?;
+    let map = cluster_watch::load(store).await?;
     Ok(Json(volume_view(&shared, &volume, &map)))
 }
 
@@ -250,7 +250,7 @@ async fn create_volume(
 ) -> ApiResult<(StatusCode, Json<VolumeView>)> {
     let store = shared.store.as_ref();
     let volume = admin::create_volume(store, &request).await?;
-    let map = ClusterMap::load(store).await?;
+    let map = cluster_watch::load(store).await?;
     Ok((StatusCode::CREATED, Json(volume_view(&shared, &volume, &map))))
 }
 
@@ -261,7 +261,7 @@ async fn resize_volume(
 ) -> ApiResult<Json<VolumeView>> {
     let store = shared.store.as_ref();
     let volume = admin::resize_volume(store, &name, request.size_bytes).await?;
-    let map = ClusterMap::load(store).await?;
+    let map = cluster_watch::load(store).await?;
     Ok(Json(volume_view(&shared, &volume, &map)))
 }
 
@@ -271,16 +271,16 @@ async fn delete_volume(
 ) -> ApiResult<(StatusCode, Json<VolumeView>)> {
     let store = shared.store.as_ref();
     let volume = admin::mark_volume_deleting(store, &name).await?;
-    let map = ClusterMap::load(store).await?;
+    let map = cluster_watch::load(store).await?;
     Ok((StatusCode::ACCEPTED, Json(volume_view(&shared, &volume, &map))))
 }
 
 async fn list_osds(State(shared): State<Arc<Shared>>) -> ApiResult<Json<OsdList>> {
-    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
     Ok(Json(OsdList { osds: views::osd_views(&map) }))
 }
 
 async fn osd_tree(State(shared): State<Arc<Shared>>) -> ApiResult<Json<OsdTree>> {
-    let map = ClusterMap::load(shared.store.as_ref()).await?;
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
     Ok(Json(views::osd_tree(&map)))
 }

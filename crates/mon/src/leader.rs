@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::records::{decode, encode, FORMAT_VERSION};
-use cluster::{keys, ClusterMap, LeaderRecord, MapWatcher, OsdRecord, PgTableRecord, PoolRecord, VolumeRecord};
+use cluster::{keys, ClusterMap, LeaderRecord, OsdRecord, PgTableRecord, PoolRecord, VolumeRecord};
+use cluster_watch::MapWatcher;
 use meta::{Compare, CompareOp, Leadership, LeaseId, MetaError, MetaStore, Txn, TxnOp, TxnOpResult};
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster::MapWatcher;
+use cluster_watch::MapWatcher;
 use meta::{MetaError, MetaStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;

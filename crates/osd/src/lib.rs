@@ -170,7 +170,9 @@ async fn daemon(
     let geometry = superblock.geometry;
     let store: Arc<dyn MetaStore> = match &config.metadata {
         Metadata::Store(store) => store.clone(),
-        Metadata::Url(url) => cluster::connect(url).await.map_err(OsdError::meta(format!("connecting to {url}")))?,
+        Metadata::Url(url) => {
+            cluster_watch::connect(url).await.map_err(OsdError::meta(format!("connecting to {url}")))?
+        }
     };
     registration::check_cluster(store.as_ref(), &path, geometry.object_size_bytes).await?;
     let identity = Identity {
@@ -214,7 +216,8 @@ async fn daemon(
         None => (None, None),
     };
 
-    let watcher = cluster::MapWatcher::start(store.clone()).await.map_err(OsdError::meta("loading the cluster map"))?;
+    let watcher =
+        cluster_watch::MapWatcher::start(store.clone()).await.map_err(OsdError::meta("loading the cluster map"))?;
     let liveness = Rc::new(Liveness::new(
         store.clone(),
         id,

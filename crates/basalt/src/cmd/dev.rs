@@ -86,7 +86,7 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} for the metadata store", args.meta_listen))?;
     let meta_url = format!("basalt://{}", meta_listener.local_addr()?);
     tokio::spawn(meta_embedded::serve(store.clone(), meta_listener));
-    let first_start = cluster::ClusterMap::load(store.as_ref()).await?.pools.is_empty();
+    let first_start = cluster_watch::load(store.as_ref()).await?.pools.is_empty();
 
     let api_listener =
         TcpListener::bind(&args.api).await.with_context(|| format!("cannot listen on {} for the API", args.api))?;
@@ -190,7 +190,7 @@ fn format_osd(path: &Path, size_bytes: u64) -> anyhow::Result<()> {
 async fn wait_for_osds(store: &dyn MetaStore, ids: Vec<u32>) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let map = cluster::ClusterMap::load(store).await?;
+        let map = cluster_watch::load(store).await?;
         if ids.iter().all(|id| map.live.contains_key(id)) {
             return Ok(());
         }
@@ -206,7 +206,7 @@ async fn wait_for_osds(store: &dyn MetaStore, ids: Vec<u32>) -> anyhow::Result<(
 async fn wait_for_pg_tables(store: &dyn MetaStore) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let map = cluster::ClusterMap::load(store).await?;
+        let map = cluster_watch::load(store).await?;
         let ready = map.pools.keys().all(|pool| {
             map.pg_tables.get(pool).is_some_and(|table| {
                 table

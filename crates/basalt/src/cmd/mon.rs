@@ -67,8 +67,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             (store, format!("basalt://{address}"))
         }
         (_, _, Some(url)) => {
-            let store =
-                cluster::connect(url).await.with_context(|| format!("cannot connect to the metadata store {url}"))?;
+            let store = cluster_watch::connect(url)
+                .await
+                .with_context(|| format!("cannot connect to the metadata store {url}"))?;
             (store, url.clone())
         }
         _ => anyhow::bail!("give --etcd URL, or --embedded DIR with --meta-listen ADDR"),
