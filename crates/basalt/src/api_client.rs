@@ -27,13 +27,18 @@ pub struct ApiArgs {
     pub json: bool,
 }
 
+/// Where every command finds the mon's API: `--api`, else `BASALT_API`, else [`API_ADDRESS_DEFAULT`].
+pub fn api_address(explicit: Option<&str>) -> String {
+    choose_api_address(explicit, std::env::var("BASALT_API").ok().as_deref())
+}
+
+fn choose_api_address(explicit: Option<&str>, environment: Option<&str>) -> String {
+    explicit.or_else(|| environment.filter(|value| !value.trim().is_empty())).unwrap_or(API_ADDRESS_DEFAULT).to_string()
+}
+
 impl ApiArgs {
-    /// `--api`, else `BASALT_API`, else [`API_ADDRESS_DEFAULT`].
     pub fn address(&self) -> String {
-        self.api
-            .clone()
-            .or_else(|| std::env::var("BASALT_API").ok().filter(|value| !value.trim().is_empty()))
-            .unwrap_or_else(|| API_ADDRESS_DEFAULT.to_string())
+        api_address(self.api.as_deref())
     }
 
     pub fn client(&self) -> ApiClient {
@@ -110,32 +115,32 @@ impl ApiClient {
     }
 }
 
-/// How a data-path command finds the cluster: the metadata store URL, or a mon API to ask for it.
+/// How a data-path command finds the cluster: the metadata store URL, or else the mon's API
+/// (found as every command finds it: [`api_address`]) to ask for that URL.
 #[derive(Debug, clap::Args)]
-#[group(id = "cluster", required = true, multiple = false)]
+#[group(id = "cluster", multiple = false)]
 pub struct ClusterArgs {
     /// The metadata store: http://HOST:PORT[,...] (etcd) or basalt://HOST:PORT (a mon's embedded store).
     #[arg(long = "etcd", visible_alias = "meta", value_name = "URL")]
     pub meta_url: Option<String>,
-    /// A mon API address (HOST:PORT); the metadata store URL is read from GET /api/v1/cluster.
+    /// The mon API address to read the metadata store URL from (GET /api/v1/cluster)
+    /// [env: BASALT_API] [default: 127.0.0.1:8080].
     #[arg(long = "api", value_name = "ADDR")]
     pub api: Option<String>,
 }
 
 impl ClusterArgs {
-    /// The metadata store URL, asking the mon for it when only `--api` was given.
+    /// The metadata store URL: `--etcd`, else the one the mon's API names.
     pub fn meta_url(&self) -> anyhow::Result<String> {
-        match (&self.meta_url, &self.api) {
-            (Some(url), _) => Ok(url.clone()),
-            (None, Some(api)) => {
-                let cluster = ApiClient::new(api).get("/cluster")?;
-                cluster["meta_url"]
-                    .as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| anyhow!("the answer to GET /api/v1/cluster at {api} has no meta_url"))
-            }
-            (None, None) => bail!("give --etcd URL or --api ADDR"),
+        if let Some(url) = &self.meta_url {
+            return Ok(url.clone());
         }
+        let api = api_address(self.api.as_deref());
+        let cluster = ApiClient::new(&api).get("/cluster")?;
+        cluster["meta_url"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("the answer to GET /api/v1/cluster at {api} has no meta_url"))
     }
 }
 
@@ -231,5 +236,13 @@ mod tests {
     fn addresses_get_a_scheme_and_the_api_prefix() {
         assert_eq!(ApiClient::new("127.0.0.1:1").base_url, "http://127.0.0.1:1/api/v1");
         assert_eq!(ApiClient::new("http://h:2/").base_url, "http://h:2/api/v1");
+    }
+
+    #[test]
+    fn the_api_is_found_by_flag_then_environment_then_default() {
+        assert_eq!(choose_api_address(Some("h:1"), Some("h:2")), "h:1");
+        assert_eq!(choose_api_address(None, Some("h:2")), "h:2");
+        assert_eq!(choose_api_address(None, Some("  ")), API_ADDRESS_DEFAULT);
+        assert_eq!(choose_api_address(None, None), API_ADDRESS_DEFAULT);
     }
 }

@@ -119,7 +119,7 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 fn register_osds(meta: SocketAddr) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
-        let store = cluster::connect(&format!("basalt://{meta}")).await.expect("connect to the mon's store");
+        let store = cluster_watch::connect(&format!("basalt://{meta}")).await.expect("connect to the mon's store");
         for id in 1..=3u32 {
             let osd = OsdRecord {
                 version: 1,
@@ -234,6 +234,17 @@ fn every_admin_command_against_a_real_mon() {
     let closed = free_address();
     fails(api, &["status", "--api", &closed.to_string()], &format!("cannot reach the basalt API at http://{closed}"));
     assert!(ok(closed, &["pool", "ls", "--api", &api.to_string()]).starts_with("ID  NAME"));
+    // The data-path commands find the API the same way, and ask it for the metadata store:
+    // through BASALT_API the mon is reached and the store answers that the volume is unknown.
+    fails(api, &["bench", "--volume", "no-such-volume", "--runtime", "1"], "no-such-volume");
+    let unreachable = format!("cannot reach the basalt API at http://{closed}");
+    let closed_text = closed.to_string();
+    for command in [&["bench", "--volume", "v", "--runtime", "1"][..], &["nbd", "--listen", "127.0.0.1:0"][..]] {
+        fails(closed, command, &unreachable);
+        let mut with_flag = command.to_vec();
+        with_flag.extend(["--api", closed_text.as_str()]);
+        fails(api, &with_flag, &unreachable);
+    }
 
     // SIGTERM stops the mon cleanly.
     // SAFETY: kill(2) on our own child's pid has no memory effects.
