@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz smoke test: runs every cargo-fuzz target in fuzz/ and crates/nbd/fuzz/ for a few seconds each.
+# Fuzz smoke test: runs every cargo-fuzz target in fuzz/ for a few seconds each.
 # A smoke test catches a target that no longer builds or a bug found in seconds; it is not a campaign.
 #
 # Usage: scripts/fuzz-smoke.sh [SECONDS_PER_TARGET]   (default 20)
@@ -7,8 +7,8 @@
 #
 # Needs the nightly toolchain (installed if missing) and cargo-fuzz (installed if missing).
 # The first build of the targets takes about two minutes on two cores; later builds are incremental.
-# A crash leaves its input in <fuzz dir>/artifacts/<target>/ and makes this script fail;
-# replay it with `cargo +nightly fuzz run --fuzz-dir <fuzz dir> <target> <fuzz dir>/artifacts/<target>/<file>`.
+# A crash leaves its input in fuzz/artifacts/<target>/ and makes this script fail;
+# replay it with `cargo +nightly fuzz run <target> fuzz/artifacts/<target>/<file>`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,22 +28,15 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
 
-# The cargo-fuzz crates, each its own workspace; every target maps to the crate that holds it.
-fuzz_dirs=(fuzz crates/nbd/fuzz)
-declare -A target_dir=()
-for dir in "${fuzz_dirs[@]}"; do
-    for target in $(cargo +nightly fuzz list --fuzz-dir "$dir"); do
-        target_dir[$target]=$dir
-    done
-done
-read -r -a targets <<<"${FUZZ_TARGETS:-$(printf '%s\n' "${!target_dir[@]}" | sort | tr '\n' ' ')}"
+all_targets=$(cargo +nightly fuzz list | sort | tr '\n' ' ')
+read -r -a targets <<<"${FUZZ_TARGETS:-$all_targets}"
 if ((${#targets[@]} == 0)); then
-    echo "fuzz-smoke.sh: no fuzz targets found in ${fuzz_dirs[*]}" >&2
+    echo "fuzz-smoke.sh: no fuzz targets found in fuzz/" >&2
     exit 1
 fi
 for target in "${targets[@]}"; do
-    if [[ -z ${target_dir[$target]:-} ]]; then
-        echo "fuzz-smoke.sh: no fuzz target named '$target' in ${fuzz_dirs[*]}" >&2
+    if [[ " $all_targets " != *" $target "* ]]; then
+        echo "fuzz-smoke.sh: no fuzz target named '$target' in fuzz/ (there are: $all_targets)" >&2
         exit 2
     fi
 done
@@ -51,10 +44,10 @@ done
 for target in "${targets[@]}"; do
     echo "fuzz-smoke.sh: building $target"
     build_start_s=$SECONDS
-    cargo +nightly fuzz build --fuzz-dir "${target_dir[$target]}" "$target"
+    cargo +nightly fuzz build "$target"
     echo "fuzz-smoke.sh: built $target in $((SECONDS - build_start_s))s; fuzzing for ${seconds}s"
-    # -timeout: one input running over 10 s is a hang. The corpus in <fuzz dir>/corpus/<target>
+    # -timeout: one input running over 10 s is a hang. The corpus in fuzz/corpus/<target>
     # persists between runs, so repeated smoke runs keep deepening coverage.
-    cargo +nightly fuzz run --fuzz-dir "${target_dir[$target]}" "$target" -- -max_total_time="$seconds" -timeout=10 -print_final_stats=1
+    cargo +nightly fuzz run "$target" -- -max_total_time="$seconds" -timeout=10 -print_final_stats=1
 done
 echo "fuzz-smoke.sh: ${#targets[@]} target(s) ran ${seconds}s each without a failure"

@@ -1,4 +1,4 @@
-//! The bodies of the cargo-fuzz targets in `crates/nbd/fuzz/`, here so unit tests run the same
+//! The bodies of the cargo-fuzz targets `nbd_handshake` and `nbd_requests` in `fuzz/`, here so unit tests run the same
 //! checks on random inputs without cargo-fuzz. Pure functions only: no sockets, no tasks.
 //!
 //! [`handshake_stream`] input: byte 0 holds options (bit 0: the server starts shutting down
