@@ -4,8 +4,10 @@
 //! Every mon serves the JSON HTTP API (`api`, `docs/design/api.md`) and campaigns for
 //! leadership on `/basalt/mon/leader` (`leader`). Only the leader publishes PG tables
 //! (`pg_tables`) and deletes volumes flagged `deleting` (`reaper`); administrative writes
-//! (`admin`) are compare-and-swap transactions that any mon may run. The mon talks to OSDs only
-//! through the metadata store. `docs/adr/0006-monitor-and-api.md` records the decisions.
+//! (`admin`) are compare-and-swap transactions that any mon may run. The mon steers OSDs only
+//! through the metadata store (PG tables, epochs, leases); it dials them for one thing, the live
+//! figures `basalt status` shows (the wire admin op `Space`), and never to change their state.
+//! `docs/adr/0006-monitor-and-api.md` records the decisions.
 //!
 //! [`Mon::start`] runs a mon inside the caller's tokio runtime on any [`MetaStore`], so
 //! `basalt mon` and a single-process cluster share this code.
