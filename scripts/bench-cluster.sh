@@ -6,7 +6,7 @@
 # floor for three durable copies at once (`basalt engine sync-floor`), which all replicas share.
 #
 # Usage: scripts/bench-cluster.sh [DIR]        (default /var/tmp; needs fio and jq)
-# Env:   ROUNDS=3  RUNTIME=10  OUT=DIR (keeps the raw results)  OSD_SIZE=2G  SPIN_US=0
+# Env:   ROUNDS=3  RUNTIME=10  OUT=DIR (keeps the raw results)  OSD_SIZE=2G  SPIN_US=0  BASALT_BIN=PATH (a build to run)
 #        LOCAL_SOCKETS=1: each OSD also serves on a Unix socket in DIR, which the bench client and
 #        the other OSDs (all on this machine) use; 0 keeps every connection on TCP (ADR 0013)
 set -euo pipefail
@@ -18,8 +18,13 @@ runtime=${RUNTIME:-10}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 rig=$(cd ../shared/rig && pwd)
-cargo build --release -p basalt >&2
-basalt=$PWD/target/release/basalt
+# BASALT_BIN runs a given build (to alternate two builds in one sitting) instead of this tree's.
+if [[ -n ${BASALT_BIN:-} ]]; then
+    basalt=$(realpath "$BASALT_BIN")
+else
+    cargo build --release -p basalt >&2
+    basalt=$PWD/target/release/basalt
+fi
 api=127.0.0.1:18080
 meta=127.0.0.1:12390
 

@@ -10,7 +10,7 @@
 #
 # Usage: scripts/bench-nbd.sh [DIR]        (default /var/tmp; as root; needs the rig's tools)
 # Env:   ROUNDS=3  RUNTIME=10  SIZE=1G  PGBENCH=1 (0 skips pgbench)  PGBENCH_TIME=30
-#        PGBENCH_SCALE=20  SPIN_US=0  REP1=1  OUT=DIR (keeps the raw results)
+#        PGBENCH_SCALE=20  SPIN_US=0  REP1=1  OUT=DIR (keeps the raw results)  BASALT_BIN=PATH (a build to run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-/var/tmp}
@@ -21,8 +21,13 @@ size=${SIZE:-1G}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 rig=$(cd ../shared/rig && pwd)
-cargo build --release -p basalt >&2
-basalt=$PWD/target/release/basalt
+# BASALT_BIN runs a given build (to alternate two builds in one sitting) instead of this tree's.
+if [[ -n ${BASALT_BIN:-} ]]; then
+    basalt=$(realpath "$BASALT_BIN")
+else
+    cargo build --release -p basalt >&2
+    basalt=$PWD/target/release/basalt
+fi
 nbd_basalt=127.0.0.1:20809
 nbd_qemu=127.0.0.1:20810
 nbd_memory=127.0.0.1:20811
