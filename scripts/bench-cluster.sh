@@ -69,7 +69,9 @@ osd_ticks() {
     echo "$total"
 }
 
-"$basalt" -q bench --api "$api" --volume bench --rw write --bs 1m --iodepth 8 --runtime 5 --json >"$out/prefill.json"
+# Write the whole volume first: reads of never written ranges return zeros without touching a drive.
+"$basalt" -q bench --api "$api" --volume bench --rw randread --bs 4k --iodepth 1 --runtime 1 --ramp 0 --prefill --json \
+    >"$out/prefill.json"
 workloads="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd1-fsync randwrite-4k-qd32"
 for round in $(seq 1 "$rounds"); do
     echo "bench-cluster: round $round of $rounds" >&2
