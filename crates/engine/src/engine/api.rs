@@ -1,6 +1,6 @@
 //! The engine's public methods: what callers may inspect (geometry, objects, space, counters),
-//! the request interface (`submit`, `poll`, `push`, `wait`, `execute`) and the controls of the
-//! flusher. Requests are checked here and handed to the write and read paths.
+//! the request interface (`submit`, `poll`, `push`, `wait`, `execute`) and the controls of
+//! write-back. Requests are checked here and handed to the write and read paths.
 
 use std::collections::BTreeMap;
 
@@ -32,7 +32,7 @@ impl<D: Disk> Engine<D> {
         self.disk
     }
 
-    /// Every object with its version: flushed ones from the index, overlaid by journaled ones.
+    /// Every object with its version: written-back ones from the index, overlaid by journaled ones.
     pub fn list_objects(&self) -> Vec<(ObjectId, u64)> {
         let mut objects: BTreeMap<ObjectId, Option<u64>> =
             self.index.iter().map(|(object, entry)| (object, Some(entry.version))).collect();
@@ -113,18 +113,18 @@ impl<D: Disk> Engine<D> {
         self.poisoned.as_deref()
     }
 
-    /// True when nothing is in flight or queued, the flusher included.
+    /// True when nothing is in flight or queued, write-back included.
     pub fn is_idle(&self) -> bool {
         self.ios.is_empty()
             && self.pending.is_empty()
             && self.completions.is_empty()
-            && self.flush_job.is_none()
+            && self.writeback_job.is_none()
             && self.reads.is_empty()
-            && !self.flusher_has_work()
+            && !self.writeback_has_work()
     }
 
-    /// True when no journal record awaits the flusher.
-    pub fn is_flushed(&self) -> bool {
+    /// True when no journal record awaits write-back.
+    pub fn is_written_back(&self) -> bool {
         self.records.is_empty()
     }
 
@@ -217,15 +217,15 @@ impl<D: Disk> Engine<D> {
         }
     }
 
-    /// Asks the flusher to empty the journal now instead of waiting until a good share of it
+    /// Asks the write-back job to empty the journal now instead of waiting until a good share of it
     /// is used (call when idle, before a clean shutdown, or to make `open` fast).
-    pub fn request_flush(&mut self) {
-        self.flush_requested = true;
+    pub fn request_writeback(&mut self) {
+        self.writeback_requested = true;
     }
 
-    /// Drives the engine until the flusher has emptied the journal (tests, clean shutdown).
-    pub fn flush_journal(&mut self) {
-        self.request_flush();
+    /// Drives the engine until write-back has emptied the journal (tests, clean shutdown).
+    pub fn write_back_journal(&mut self) {
+        self.request_writeback();
         let mut out = Vec::new();
         while !self.is_idle() && self.poisoned.is_none() {
             self.poll(&mut out);
@@ -234,8 +234,8 @@ impl<D: Disk> Engine<D> {
             }
             self.wait();
         }
-        self.flush_requested = false;
-        assert!(out.is_empty(), "flush_journal() used while requests are in flight");
+        self.writeback_requested = false;
+        assert!(out.is_empty(), "write_back_journal() used while requests are in flight");
     }
 
     fn check_range(&self, offset_bytes: u32, length_bytes: u32) -> Result<(), EngineError> {

@@ -1,5 +1,5 @@
 //! The event loop: each disk completion goes to the part that submitted its request, and the
-//! steps after every batch run in a fixed order (the flusher, sealing records, flush barriers).
+//! steps after every batch run in a fixed order (write-back, sealing records, flush barriers).
 //! Also what every part shares to submit I/O, complete requests and stop taking writes after a
 //! failure.
 
@@ -17,21 +17,21 @@ impl<D: Disk> Engine<D> {
             Io::JournalRecord { seq } => self.on_record_written(seq, buffer, result),
             Io::ReadRun { read, run } => self.on_read_run(read, run, buffer, result),
             Io::MetaLoad { page } => self.on_meta_load(page, buffer, result),
-            Io::FlushCopyRead { run } => self.on_flush_copy_read(run, buffer, result),
-            Io::FlushCopyWrite | Io::FlushBarrier | Io::MetaWrite | Io::Superblock => {
-                let job = self.flush_job.as_mut().expect("flusher job");
+            Io::WritebackCopyRead { run } => self.on_writeback_copy_read(run, buffer, result),
+            Io::WritebackCopyWrite | Io::WritebackBarrier | Io::MetaWrite | Io::Superblock => {
+                let job = self.writeback_job.as_mut().expect("write-back job");
                 job.ios_pending -= 1;
                 if let Err(error) = result {
-                    self.poison(format!("flusher write at offset_bytes={offset_bytes} failed: {error}"));
+                    self.poison(format!("write-back write at offset_bytes={offset_bytes} failed: {error}"));
                 }
             }
         }
     }
 
     pub(super) fn advance(&mut self) {
-        self.advance_flush_job();
-        self.maybe_start_flush_job();
-        self.advance_flush_job();
+        self.advance_writeback_job();
+        self.maybe_start_writeback_job();
+        self.advance_writeback_job();
         self.seal_records();
         self.complete_flush_waiters();
     }
@@ -41,8 +41,8 @@ impl<D: Disk> Engine<D> {
     }
 
     pub(super) fn submit_io(&mut self, io: Io, op: DiskOp, offset_bytes: u64, buffer: AlignedBuffer) {
-        if matches!(io, Io::FlushBarrier | Io::Superblock) {
-            self.stats.flusher_barriers += 1;
+        if matches!(io, Io::WritebackBarrier | Io::Superblock) {
+            self.stats.writeback_barriers += 1;
         }
         let id = self.next_io_id;
         self.next_io_id += 1;

@@ -1,32 +1,36 @@
-//! The engine state machine: request admission, group commit, reads, the flusher and replay.
+//! The engine state machine: request admission, group commit, reads, write-back and replay.
 //!
 //! State, from the drive's point of view:
-//! - *flushed*: the metadata area plus data blocks, mirrored in RAM by `index` (object -> block,
-//!   version) and `block_refs` (who holds each block);
-//! - *committed*: journal records that are durable but not yet flushed, mirrored by `dirty`
+//! - *written back*: the metadata area plus data blocks, mirrored in RAM by `index` (object ->
+//!   block, version) and `block_refs` (who holds each block);
+//! - *committed*: journal records that are durable but not yet written back, mirrored by `dirty`
 //!   (per object, its journal entries in version order);
 //! - *in flight*: sealed records being written, several at once (`records_in_flight`), whose
 //!   effect on versions and block reservations later records must see (`sealed_objects`).
 //!
 //! A write is acknowledged when its journal record and every earlier record are durable
-//! (records commit in seq order, see `replay_journal` for why). The flusher applies the oldest
-//! records to the flushed state (data copy, flush, metadata write) and only then moves the
-//! journal tail in the superblock, so replay after a crash always starts from a flushed state
-//! plus every record that may not be in it. Applying a record whose effect is already flushed
-//! is recognised by versions (versions only grow, across deletes too) and skipped.
+//! (records commit in seq order, see `replay_journal` for why). The write-back job applies the
+//! oldest records to the written-back state (data copy, flush, metadata write, flush) and only
+//! then moves the journal tail in the superblock, so replay after a crash always starts from a
+//! written-back state plus every record that may not be in it. Applying a record whose effect is
+//! already written back is recognised by versions (versions only grow, across deletes too) and
+//! skipped.
+//!
+//! *Flush* keeps one meaning here, as everywhere in Basalt: make durable (`DiskOp::Flush`, a
+//! client's `Request::Flush`). Moving journaled data to its place is *write-back*.
 //!
 //! Each part is an `impl` block of `Engine` in a module of its own; this file holds the types
 //! they share. `open` formats, opens and replays; `api` is the public interface; `write` admits
-//! writes and commits journal records; `read` serves reads; `flusher` is the background job;
+//! writes and commits journal records; `read` serves reads; `writeback` is the background job;
 //! `space` accounts data blocks and journal space; `event_loop` dispatches disk completions.
 
 mod api;
 mod event_loop;
-mod flusher;
 mod open;
 mod read;
 mod space;
 mod write;
+mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -60,9 +64,9 @@ pub struct EngineOptions {
     /// in parallel) once they hold this many bytes (data pages plus entries); until then they
     /// wait for the records in flight to commit and go out together.
     pub record_min_bytes_in_flight: u32,
-    /// RAM for journal records the flusher has not copied yet (their data pages): a record
-    /// kept here is copied into place from RAM instead of being read back from the journal.
-    /// Reads never use it.
+    /// RAM for journal records the write-back job has not copied yet (their data pages): a
+    /// record kept here is copied into place from RAM instead of being read back from the
+    /// journal. Reads never use it.
     pub record_data_cache_bytes: usize,
 }
 
@@ -90,18 +94,19 @@ pub struct EngineStats {
     pub records_completed_out_of_order: u64,
     /// Times writes waited because the journal had no room for another record.
     pub journal_full_waits: u64,
-    /// Flusher jobs finished, journaled pages they copied into data blocks, and the writes
+    /// Write-back jobs finished, journaled pages they copied into data blocks, and the writes
     /// that took (adjacent pages share a write).
-    pub flusher_jobs: u64,
-    pub flusher_pages_copied: u64,
-    pub flusher_copy_writes: u64,
-    /// Journal bytes the flusher read back (pages of records no longer held in RAM).
-    pub flusher_journal_read_bytes: u64,
-    /// Metadata pages the flusher wrote, and the writes that took (adjacent pages share one).
-    pub flusher_meta_pages_written: u64,
-    pub flusher_meta_writes: u64,
-    /// Flushes the flusher issued, its superblock writes included.
-    pub flusher_barriers: u64,
+    pub writeback_jobs: u64,
+    pub writeback_pages_copied: u64,
+    pub writeback_copy_writes: u64,
+    /// Journal bytes the write-back job read back (pages of records no longer held in RAM).
+    pub writeback_journal_read_bytes: u64,
+    /// Metadata pages the write-back job wrote, and the writes that took (adjacent pages share
+    /// one).
+    pub writeback_meta_pages_written: u64,
+    pub writeback_meta_writes: u64,
+    /// Flushes the write-back job issued, its superblock writes included.
+    pub writeback_barriers: u64,
 }
 
 /// What each in-flight disk request is for.
@@ -111,9 +116,9 @@ enum Io {
     JournalRecord { seq: u64 },
     ReadRun { read: u64, run: usize },
     MetaLoad { page: u32 },
-    FlushCopyRead { run: usize },
-    FlushCopyWrite,
-    FlushBarrier,
+    WritebackCopyRead { run: usize },
+    WritebackCopyWrite,
+    WritebackBarrier,
     MetaWrite,
     Superblock,
 }
@@ -172,7 +177,7 @@ struct QueuedWrite {
     request: Request,
 }
 
-/// One entry of an object's committed, unflushed history.
+/// One entry of an object's committed history, not yet written back.
 #[derive(Debug, Clone)]
 struct DirtyEntry {
     record_seq: u64,
@@ -198,7 +203,7 @@ enum DirtyKind {
 #[derive(Default)]
 struct DirtyObject {
     entries: Vec<DirtyEntry>,
-    /// A free block is promised to this object for when its small writes are flushed.
+    /// A free block is promised to this object for when its small writes are written back.
     reserved: bool,
 }
 
@@ -207,9 +212,9 @@ struct RecordInfo {
     offset_bytes: u64,
     size_bytes: u64,
     objects: Vec<ObjectId>,
-    /// The record as written (header and data), kept until it is flushed while
-    /// `record_data_cache_bytes` allows, so the flusher copies from RAM instead of reading the
-    /// journal back.
+    /// The record as written (header and data), kept until it is written back while
+    /// `record_data_cache_bytes` allows, so the write-back job copies from RAM instead of
+    /// reading the journal back.
     data: Option<AlignedBuffer>,
 }
 
@@ -280,8 +285,8 @@ struct ReadOp {
     error: Option<EngineError>,
 }
 
-/// The flushed-state change one object gets from a flusher job.
-struct ObjectFlush {
+/// The change to the written-back state one object gets from a write-back job.
+struct ObjectWriteback {
     object: ObjectId,
     old: Option<IndexEntry>,
     new: Option<NewState>,
@@ -321,7 +326,7 @@ struct CopyRead {
 }
 
 #[derive(PartialEq, Eq, Debug, Clone, Copy)]
-enum FlushPhase {
+enum WritebackPhase {
     Load,
     Copy,
     Barrier,
@@ -330,10 +335,10 @@ enum FlushPhase {
     Superblock,
 }
 
-struct FlushJob {
-    phase: FlushPhase,
+struct WritebackJob {
+    phase: WritebackPhase,
     last_seq: u64,
-    objects: Vec<ObjectFlush>,
+    objects: Vec<ObjectWriteback>,
     freed: Vec<u32>,
     meta_pages: BTreeSet<u32>,
     loads_pending: usize,
@@ -344,7 +349,7 @@ struct FlushJob {
     copy_page_count: usize,
     copy_reads: Vec<CopyRead>,
     next_copy_read: usize,
-    /// Journal reads in flight (each up to `FLUSH_READ_SIZE_MAX_BYTES`).
+    /// Journal reads in flight (each up to `WRITEBACK_READ_SIZE_MAX_BYTES`).
     copy_reads_pending: usize,
     copy_writes: VecDeque<(u64, AlignedBuffer)>,
     ios_pending: usize,
@@ -363,7 +368,7 @@ pub struct Engine<D: Disk> {
     dirty: HashMap<ObjectId, DirtyObject>,
     /// Deletes whose records replay could still read (not yet behind both superblock copies'
     /// tails): object -> (version, record seq). A caller-versioned write must exceed such a
-    /// delete's version even after the delete is flushed, or replay would apply the delete
+    /// delete's version even after the delete is written back, or replay would apply the delete
     /// over the newer write.
     journaled_deletes: HashMap<ObjectId, (u64, u64)>,
     /// Holders of each data block: the index, dirty whole-object writes, writes in their data
@@ -403,26 +408,28 @@ pub struct Engine<D: Disk> {
     sealed_objects: HashMap<ObjectId, SealedObject>,
     /// Set when a record write failed: later records are failed too, since replay stops there.
     journal_failure: Option<String>,
-    flushed_seq: u64,
+    /// Every record up to this seq is written back.
+    written_back_seq: u64,
     journal_pins: BTreeMap<u64, u32>,
-    /// Block holds the flusher gave up, released when the journal tail passes the job's last
+    /// Block holds the write-back job gave up, released when the journal tail passes the job's last
     /// record seq (see `release_block_after_trim`).
     blocks_awaiting_trim: VecDeque<(u64, u32)>,
     /// The journal tail recorded in the superblock copy that was not written last. Replay may
     /// start there if the newer copy rots, so journal space and blocks are released only once
     /// both copies have moved past them.
     older_copy_tail_seq: u64,
-    /// Bytes of journal records not yet flushed.
-    unflushed_bytes: u64,
-    /// Flush everything now rather than waiting for the journal to fill (`request_flush`).
-    flush_requested: bool,
+    /// Bytes of journal records not yet written back.
+    writeback_backlog_bytes: u64,
+    /// Write everything back now rather than waiting for the journal to fill
+    /// (`request_writeback`).
+    writeback_requested: bool,
     /// The last attempt to seal a record found no journal space.
     journal_full: bool,
 
     next_read_id: u64,
     reads: HashMap<u64, ReadOp>,
     meta_cache: MetaCache,
-    flush_job: Option<FlushJob>,
+    writeback_job: Option<WritebackJob>,
     records_in_flight_max: usize,
     record_min_bytes_in_flight: u64,
     /// Bytes of `RecordInfo::data` held, and the most allowed.

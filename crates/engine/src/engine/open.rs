@@ -1,6 +1,6 @@
 //! Format, open and replay: everything that runs before the engine serves.
 //!
-//! These steps use blocking I/O (`sync_io`) while nothing else is in flight. Format lays out an
+//! These steps use blocking I/O (`blocking_io`) while nothing else is in flight. Format lays out an
 //! empty engine; open rebuilds the index from the metadata area, replays the journal from the
 //! superblock's tail (the decision table is on `replay_journal`) and brings both superblock
 //! copies to the same tail before the engine writes its first record.
@@ -29,12 +29,12 @@ impl<D: Disk> Engine<D> {
         while offset < geometry.data_offset_bytes {
             let len = chunk_bytes.min(geometry.data_offset_bytes - offset);
             let buffer = if len == chunk_bytes { zeros.clone() } else { AlignedBuffer::zeroed(len as usize) };
-            sync_io(&mut disk, DiskOp::Write, offset, buffer)?;
+            blocking_io(&mut disk, DiskOp::Write, offset, buffer)?;
             offset += len;
         }
         // The first journal page is zeroed so no record of an earlier format is mistaken for
         // the first one (the nonce protects the rest).
-        sync_io(&mut disk, DiskOp::Write, geometry.journal_offset_bytes, AlignedBuffer::zeroed(PAGE_USIZE))?;
+        blocking_io(&mut disk, DiskOp::Write, geometry.journal_offset_bytes, AlignedBuffer::zeroed(PAGE_USIZE))?;
         let superblock = Superblock {
             format_version: FORMAT_VERSION,
             geometry,
@@ -47,8 +47,8 @@ impl<D: Disk> Engine<D> {
         };
         // Both copies start equal; later writes alternate, so one valid copy always survives.
         let encoded = AlignedBuffer::from_slice(&superblock.encode());
-        sync_io(&mut disk, DiskOp::Write, SUPERBLOCK_SIZE_BYTES, encoded.clone())?;
-        sync_io(&mut disk, DiskOp::WriteFlush, 0, encoded)?;
+        blocking_io(&mut disk, DiskOp::Write, SUPERBLOCK_SIZE_BYTES, encoded.clone())?;
+        blocking_io(&mut disk, DiskOp::WriteFlush, 0, encoded)?;
         Ok(disk)
     }
 
@@ -69,7 +69,7 @@ impl<D: Disk> Engine<D> {
             // Harmless before the journal is replayed: this build reads version 1 records.
             copy.format_version = FORMAT_VERSION;
             let encoded = AlignedBuffer::from_slice(&copy.encode());
-            sync_io(disk, DiskOp::WriteFlush, *slot * SUPERBLOCK_SIZE_BYTES, encoded)?;
+            blocking_io(disk, DiskOp::WriteFlush, *slot * SUPERBLOCK_SIZE_BYTES, encoded)?;
         }
         Self::probe(disk)
     }
@@ -138,24 +138,24 @@ impl<D: Disk> Engine<D> {
             committed_seq: superblock.journal_tail_seq - 1,
             sealed_objects: HashMap::new(),
             journal_failure: None,
-            flushed_seq: superblock.journal_tail_seq - 1,
+            written_back_seq: superblock.journal_tail_seq - 1,
             journal_pins: BTreeMap::new(),
             blocks_awaiting_trim: VecDeque::new(),
             older_copy_tail_seq: superblock.journal_tail_seq,
-            unflushed_bytes: 0,
-            flush_requested: false,
+            writeback_backlog_bytes: 0,
+            writeback_requested: false,
             journal_full: false,
             next_read_id: 1,
             reads: HashMap::new(),
             meta_cache: MetaCache::new(options.meta_cache_bytes / PAGE_USIZE),
-            flush_job: None,
+            writeback_job: None,
             records_in_flight_max: options.records_in_flight_max.max(1),
             record_min_bytes_in_flight: u64::from(options.record_min_bytes_in_flight),
             record_data_cached_bytes: 0,
             record_data_cache_bytes: options.record_data_cache_bytes as u64,
             stats: EngineStats::default(),
         };
-        // Versions of deletes that were flushed and trimmed survive only in the superblock.
+        // Versions of deletes that were written back and trimmed survive only in the superblock.
         engine.last_version = superblock.version_floor;
         engine.load_metadata()?;
         engine.replay_journal()?;
@@ -181,7 +181,7 @@ impl<D: Disk> Engine<D> {
             superblock.generation += 1;
             superblock.version_floor = superblock.version_floor.max(engine.last_version);
             let copy = superblock.generation % 2;
-            sync_io(
+            blocking_io(
                 &mut engine.disk,
                 DiskOp::WriteFlush,
                 copy * SUPERBLOCK_SIZE_BYTES,
@@ -204,7 +204,7 @@ impl<D: Disk> Engine<D> {
         let meta_end = g.meta_offset_bytes + u64::from(g.block_count) * u64::from(g.meta_entry_size_bytes);
         while offset < meta_end {
             let len = chunk_bytes.min(g.data_offset_bytes - offset);
-            let buffer = sync_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(len as usize))?;
+            let buffer = blocking_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(len as usize))?;
             let first_block = ((offset - g.meta_offset_bytes) / entry_size as u64) as u32;
             for (index, slot) in buffer.chunks_exact(entry_size).enumerate() {
                 let block = first_block + index as u32;
@@ -234,16 +234,16 @@ impl<D: Disk> Engine<D> {
         }
         for block in stale_blocks {
             let (page, at) = g.meta_location(block);
-            let mut bytes = sync_io(
+            let mut bytes = blocking_io(
                 &mut self.disk,
                 DiskOp::Read,
                 g.meta_page_offset_bytes(page),
                 AlignedBuffer::zeroed(PAGE_USIZE),
             )?;
             MetaEntry::encode(None, &mut bytes[at..at + entry_size]);
-            sync_io(&mut self.disk, DiskOp::Write, g.meta_page_offset_bytes(page), bytes)?;
+            blocking_io(&mut self.disk, DiskOp::Write, g.meta_page_offset_bytes(page), bytes)?;
         }
-        sync_io(&mut self.disk, DiskOp::Flush, 0, AlignedBuffer::empty())?;
+        blocking_io(&mut self.disk, DiskOp::Flush, 0, AlignedBuffer::empty())?;
         Ok(())
     }
 
@@ -336,10 +336,10 @@ impl<D: Disk> Engine<D> {
         erase.sort_unstable();
         erase.dedup();
         for &offset in &erase {
-            sync_io(&mut self.disk, DiskOp::Write, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
+            blocking_io(&mut self.disk, DiskOp::Write, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
         }
         if !erase.is_empty() {
-            sync_io(&mut self.disk, DiskOp::Flush, 0, AlignedBuffer::empty())?;
+            blocking_io(&mut self.disk, DiskOp::Flush, 0, AlignedBuffer::empty())?;
         }
         chain.truncate(kept);
         let (head, next_seq) = match chain.last() {
@@ -365,7 +365,7 @@ impl<D: Disk> Engine<D> {
     /// A record's write is submitted only after its data blocks are written, and it is durable
     /// only once they are, so a record no later header proves durable is checked. Pages that a
     /// later small write of the object (in the record or after it) covers are not checked: the
-    /// flusher may have copied that write into the block in place. A block that a later
+    /// write-back job may have copied that write into the block in place. A block that a later
     /// whole-object write or delete supersedes is never read again, so it is not checked
     /// either; if that later record is dropped, the caller asks again without it.
     fn first_record_not_landed(
@@ -382,7 +382,7 @@ impl<D: Disk> Engine<D> {
             for (at, entry) in header.entries.iter().enumerate() {
                 let JournalEntryKind::Big { block } = entry.kind else { continue };
                 if self.index.get(entry.object).is_some_and(|clean| clean.version >= entry.version) {
-                    continue; // Already flushed.
+                    continue; // Already written back.
                 }
                 let mut checked = vec![true; pages];
                 let mut superseded = false;
@@ -404,7 +404,7 @@ impl<D: Disk> Engine<D> {
                 if superseded {
                     continue;
                 }
-                let bytes = sync_io(
+                let bytes = blocking_io(
                     &mut self.disk,
                     DiskOp::Read,
                     g.block_offset_bytes(block),
@@ -426,7 +426,7 @@ impl<D: Disk> Engine<D> {
     fn read_record(&mut self, offset: u64, seq: u64) -> Result<RecordRead, OpenError> {
         let g = self.geometry;
         let nonce = self.superblock.nonce;
-        let first = sync_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
+        let first = blocking_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(PAGE_USIZE))?;
         let (found_seq, header_size, data_size) = match RecordHeader::peek(&first, nonce) {
             Ok(fixed) => fixed,
             Err(_) => return Ok(RecordRead::Absent),
@@ -451,7 +451,7 @@ impl<D: Disk> Engine<D> {
         let whole = if total as usize == PAGE_USIZE {
             first
         } else {
-            sync_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(total as usize))?
+            blocking_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(total as usize))?
         };
         let header = match RecordHeader::decode(&whole, nonce, g.pages_per_object()) {
             Ok(header) => header,
@@ -497,7 +497,7 @@ impl<D: Disk> Engine<D> {
         let mut offset = g.journal_offset_bytes;
         while offset < g.journal_end_bytes() {
             let len = chunk_bytes.min(g.journal_end_bytes() - offset);
-            let bytes = sync_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(len as usize))?;
+            let bytes = blocking_io(&mut self.disk, DiskOp::Read, offset, AlignedBuffer::zeroed(len as usize))?;
             for (index, page) in bytes.chunks_exact(PAGE_USIZE).enumerate() {
                 let Ok((seq, _, _)) = RecordHeader::peek(page, nonce) else { continue };
                 if seq < from_seq {
@@ -511,7 +511,8 @@ impl<D: Disk> Engine<D> {
             if header.seq == from_seq {
                 continue;
             }
-            let first = sync_io(&mut self.disk, DiskOp::Read, header.offset_bytes, AlignedBuffer::zeroed(PAGE_USIZE))?;
+            let first =
+                blocking_io(&mut self.disk, DiskOp::Read, header.offset_bytes, AlignedBuffer::zeroed(PAGE_USIZE))?;
             let Ok((_, header_size, _)) = RecordHeader::peek(&first, nonce) else { continue };
             let header_size = u64::from(header_size);
             if header_size == 0 || header_size % PAGE != 0 || header.offset_bytes + header_size > g.journal_end_bytes()
@@ -521,7 +522,12 @@ impl<D: Disk> Engine<D> {
             let whole = if header_size == PAGE {
                 first
             } else {
-                sync_io(&mut self.disk, DiskOp::Read, header.offset_bytes, AlignedBuffer::zeroed(header_size as usize))?
+                blocking_io(
+                    &mut self.disk,
+                    DiskOp::Read,
+                    header.offset_bytes,
+                    AlignedBuffer::zeroed(header_size as usize),
+                )?
             };
             if let Ok(decoded) = RecordHeader::decode(&whole, nonce, g.pages_per_object()) {
                 header.durable_seq = Some(decoded.durable_seq);
@@ -536,7 +542,7 @@ impl<D: Disk> Engine<D> {
         for entry in &header.entries {
             self.last_version = self.last_version.max(entry.version);
             if self.index.get(entry.object).is_some_and(|clean| clean.version >= entry.version) {
-                continue; // Already flushed.
+                continue; // Already written back.
             }
             let reserves_block = matches!(entry.kind, JournalEntryKind::Small { .. })
                 && !self.object_has_block(entry.object)
@@ -553,7 +559,7 @@ impl<D: Disk> Engine<D> {
         objects.sort_unstable();
         objects.dedup();
         let size_bytes = u64::from(header.header_size_bytes) + u64::from(header.data_size_bytes);
-        self.unflushed_bytes += size_bytes;
+        self.writeback_backlog_bytes += size_bytes;
         self.records.push_back(RecordInfo { seq: header.seq, offset_bytes, size_bytes, objects, data: None });
     }
 }
@@ -576,12 +582,12 @@ fn read_superblock<D: Disk>(disk: &mut D, offset: u64) -> Result<Result<Superblo
     if disk.size_bytes() < offset + SUPERBLOCK_SIZE_BYTES {
         return Ok(Err(SuperblockError::NotBasalt));
     }
-    let bytes = sync_io(disk, DiskOp::Read, offset, AlignedBuffer::zeroed(SUPERBLOCK_SIZE_BYTES as usize))?;
+    let bytes = blocking_io(disk, DiskOp::Read, offset, AlignedBuffer::zeroed(SUPERBLOCK_SIZE_BYTES as usize))?;
     Ok(Superblock::decode(&bytes))
 }
 
 /// One request, waited for. Only while nothing else is in flight (format and open).
-fn sync_io<D: Disk>(
+fn blocking_io<D: Disk>(
     disk: &mut D,
     op: DiskOp,
     offset_bytes: u64,

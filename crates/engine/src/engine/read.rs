@@ -1,6 +1,6 @@
 //! The read path: each page resolved to the newest committed copy of it (a journal record, a
 //! data block or zeros), read in runs and checked against its checksum before the read
-//! completes; also the metadata page loads that reads and the flusher wait for.
+//! completes; also the metadata page loads that reads and the write-back job wait for.
 
 use platform::{AlignedBuffer, Disk, DiskError, DiskOp};
 
@@ -255,11 +255,11 @@ impl<D: Disk> Engine<D> {
                     });
                     self.try_finish_read(read_id);
                 }
-                Waiter::Flusher => {
+                Waiter::Writeback => {
                     if let Err(error) = &result {
                         self.poison(format!("metadata read of page {page} failed: {error}"));
                     }
-                    let job = self.flush_job.as_mut().expect("flusher waits");
+                    let job = self.writeback_job.as_mut().expect("write-back job waits");
                     job.loads_pending -= 1;
                 }
             }

@@ -17,13 +17,13 @@ impl<D: Disk> Engine<D> {
         *refs = refs.checked_add(1).expect("block reference count overflow");
     }
 
-    /// Releases a hold the flusher gave up in the job that flushed records up to `last_seq`,
-    /// once the superblock's tail has moved past them.
+    /// Releases a hold the write-back job gave up in the job that wrote back records up to
+    /// `last_seq`, once the superblock's tail has moved past them.
     ///
     /// Until then replay after a crash starts at or before those records and applies them
-    /// again (their effect is recognised as flushed only while the object's metadata entry is
+    /// again (their effect is recognised as written back only while the object's metadata entry is
     /// newer, not after a delete). If the block were reused meanwhile, a replayed whole-object
-    /// write would name a block that now holds another object's data, and flushing it again
+    /// write would name a block that now holds another object's data, and writing it back again
     /// would clear that object's metadata entry.
     pub(super) fn release_block_after_trim(&mut self, last_seq: u64, block: u32) {
         assert!(self.blocks_awaiting_trim.back().is_none_or(|&(seq, _)| seq <= last_seq));
@@ -65,10 +65,10 @@ impl<D: Disk> Engine<D> {
         Some(block)
     }
 
-    /// Whether the object will own a block once everything committed for it is flushed.
+    /// Whether the object will own a block once everything committed for it is written back.
     ///
     /// Small writes after the last delete (or on an object that has no block) hold the
-    /// object's reservation, or, once a flusher job has planned them, the block the job
+    /// object's reservation, or, once a write-back job has planned them, the block the job
     /// allocated from it; either way the object will own a block, and a further small write
     /// must not reserve another one (nothing would ever consume it).
     pub(super) fn object_has_block(&self, object: ObjectId) -> bool {

@@ -215,8 +215,9 @@ impl<D: Disk> Engine<D> {
                 }
             };
             // Small writes after a delete (or on an object without a block) reserve the block
-            // the flusher will give the object; a delete sealed earlier (in this record or one
-            // in flight) releases the old reservation only when it commits, which happens first.
+            // the write-back job will give the object; a delete sealed earlier (in this record or
+            // one in flight) releases the old reservation only when it commits, which happens
+            // first.
             let has_block = self.sealed_has_block(object);
             let (kind, crcs, reserves_block, has_block) = match pending.kind {
                 PendingKind::Small { offset_pages, data, page_crcs } => {
@@ -253,7 +254,7 @@ impl<D: Disk> Engine<D> {
                 reserves_block,
             });
         }
-        // Backpressure: with no room for even one entry, writers wait for the flusher to trim.
+        // Backpressure: with no room for even one entry, writers wait for write-back to trim.
         self.journal_full = entries.is_empty() && !self.pending.is_empty();
         if self.journal_full {
             self.stats.journal_full_waits += 1;
@@ -384,7 +385,7 @@ impl<D: Disk> Engine<D> {
             };
             self.finish_write(sealed.write_seq, sealed.user_data, Ok(reply));
         }
-        self.unflushed_bytes += record.size_bytes;
+        self.writeback_backlog_bytes += record.size_bytes;
     }
 
     /// Adds a durable journal entry to its object's committed history.

@@ -1,4 +1,4 @@
-//! The flusher: the background job that applies the oldest committed journal records to the
+//! Write-back: the background job that applies the oldest committed journal records to the
 //! data and metadata areas (load, copy, barrier, metadata write, barrier) and only then moves
 //! the journal tail in the superblock. It starts lazily, so each job's flushes and metadata
 //! writes are shared by many writes.
@@ -8,45 +8,45 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use platform::{AlignedBuffer, Disk, DiskError, DiskOp};
 
 use super::{
-    CopyPage, CopyRead, DirtyEntry, DirtyKind, Engine, FlushJob, FlushPhase, Io, NewState, ObjectFlush, StateBase,
-    PAGE, PAGE_USIZE,
+    CopyPage, CopyRead, DirtyEntry, DirtyKind, Engine, Io, NewState, ObjectWriteback, StateBase, WritebackJob,
+    WritebackPhase, PAGE, PAGE_USIZE,
 };
 use crate::index::IndexEntry;
 use crate::layout::{MetaEntry, SUPERBLOCK_SIZE_BYTES};
 use crate::meta_cache::{Lookup, Waiter};
 use crate::ObjectId;
 
-/// Bounds of one flusher job.
-const FLUSH_JOB_RECORDS_MAX: usize = 4096;
-/// Flusher copy requests in flight at once: the fewest while at most a quarter of the journal
+/// Bounds of one write-back job.
+const WRITEBACK_JOB_RECORDS_MAX: usize = 4096;
+/// Write-back copy requests in flight at once: the fewest while at most a quarter of the journal
 /// is used (every background write in flight slows the forced-unit-access journal writes that
-/// clients wait for), rising linearly to the most at three quarters (so the flusher keeps up
-/// with a deep queue of writers before they wait for journal space). See `flush_io_depth`.
-const FLUSH_IO_DEPTH_MIN: usize = 4;
-const FLUSH_IO_DEPTH_MAX: usize = 128;
-/// Journal pages the flusher copies are read in ranges: pages at most this far apart share a
+/// clients wait for), rising linearly to the most at three quarters (so write-back keeps up
+/// with a deep queue of writers before they wait for journal space). See `writeback_io_depth`.
+const WRITEBACK_IO_DEPTH_MIN: usize = 4;
+const WRITEBACK_IO_DEPTH_MAX: usize = 128;
+/// Journal pages the write-back job copies are read in ranges: pages at most this far apart share a
 /// read (record headers and pages of superseded writes lie between them).
-const FLUSH_READ_GAP_MAX_BYTES: u64 = 128 * 1024;
-const FLUSH_READ_SIZE_MAX_BYTES: u64 = 1 << 20;
-/// Journal reads of the flusher in flight at once: each feeds hundreds of copy writes, so a
+const WRITEBACK_READ_GAP_MAX_BYTES: u64 = 128 * 1024;
+const WRITEBACK_READ_SIZE_MAX_BYTES: u64 = 1 << 20;
+/// Journal reads of the write-back job in flight at once: each feeds hundreds of copy writes, so a
 /// few keep the writes busy while bounding the buffers held.
-const FLUSH_READS_IN_FLIGHT_MAX: usize = 2;
-/// Adjacent metadata pages the flusher writes with one request.
+const WRITEBACK_READS_IN_FLIGHT_MAX: usize = 2;
+/// Adjacent metadata pages the write-back job writes with one request.
 const META_WRITE_PAGES_MAX: usize = 64;
 
 impl<D: Disk> Engine<D> {
-    pub(super) fn flusher_has_work(&self) -> bool {
-        let unflushed = self.committed_seq > self.flushed_seq;
+    pub(super) fn writeback_has_work(&self) -> bool {
+        let backlog = self.committed_seq > self.written_back_seq;
         let tail_seq = self.superblock.journal_tail_seq;
         let trimmable = self.next_tail().1 != tail_seq || self.older_copy_tail_seq != tail_seq;
-        unflushed || trimmable
+        backlog || trimmable
     }
 
-    /// The tail the superblock could name now: the oldest record that is unflushed or still
+    /// The tail the superblock could name now: the oldest record that is not written back or still
     /// read by a read in flight, or the head when there is none.
     fn next_tail(&self) -> (u64, u64) {
         let oldest_pinned = self.journal_pins.keys().next().copied().unwrap_or(u64::MAX);
-        let first_kept_seq = (self.flushed_seq + 1).min(oldest_pinned);
+        let first_kept_seq = (self.written_back_seq + 1).min(oldest_pinned);
         // `records` holds consecutive seqs, so the record is found by index (this runs on
         // every poll; a scan showed in profiles with a long journal).
         let index = self.records.front().map_or(0, |front| first_kept_seq.saturating_sub(front.seq) as usize);
@@ -59,25 +59,26 @@ impl<D: Disk> Engine<D> {
         }
     }
 
-    /// Whether a flusher job should start now. Flushing lazily, once an eighth of the journal
-    /// holds unflushed records, makes jobs large: their flushes and metadata writes are shared
-    /// by thousands of writes instead of a few, and a page overwritten meanwhile is copied once.
-    fn flusher_should_start(&self) -> bool {
-        if self.flush_job.is_some() || self.poisoned.is_some() || !self.flusher_has_work() {
+    /// Whether a write-back job should start now. Writing back lazily, once an eighth of the
+    /// journal holds records not written back, makes jobs large: their flushes and metadata
+    /// writes are shared by thousands of writes instead of a few, and a page overwritten
+    /// meanwhile is copied once.
+    fn writeback_should_start(&self) -> bool {
+        if self.writeback_job.is_some() || self.poisoned.is_some() || !self.writeback_has_work() {
             return false;
         }
         let journal_size = self.geometry.journal_size_bytes;
-        self.flush_requested
+        self.writeback_requested
             || self.journal_full
-            || self.unflushed_bytes >= journal_size / 8
+            || self.writeback_backlog_bytes >= journal_size / 8
             || self.journal_used_bytes() >= journal_size / 2
     }
 
-    pub(super) fn maybe_start_flush_job(&mut self) {
-        if self.flush_requested && !self.flusher_has_work() {
-            self.flush_requested = false;
+    pub(super) fn maybe_start_writeback_job(&mut self) {
+        if self.writeback_requested && !self.writeback_has_work() {
+            self.writeback_requested = false;
         }
-        if !self.flusher_should_start() {
+        if !self.writeback_should_start() {
             return;
         }
         let job_bytes_max = self.geometry.journal_size_bytes / 4;
@@ -85,8 +86,8 @@ impl<D: Disk> Engine<D> {
         let records: Vec<(u64, Vec<ObjectId>)> = self
             .records
             .iter()
-            .filter(|record| record.seq > self.flushed_seq && record.seq <= self.committed_seq)
-            .take(FLUSH_JOB_RECORDS_MAX)
+            .filter(|record| record.seq > self.written_back_seq && record.seq <= self.committed_seq)
+            .take(WRITEBACK_JOB_RECORDS_MAX)
             .take_while(|record| {
                 let take = job_bytes == 0 || job_bytes + record.size_bytes <= job_bytes_max;
                 job_bytes += record.size_bytes;
@@ -94,12 +95,12 @@ impl<D: Disk> Engine<D> {
             })
             .map(|record| (record.seq, record.objects.clone()))
             .collect();
-        let last_seq = records.last().map_or(self.flushed_seq, |(seq, _)| *seq);
+        let last_seq = records.last().map_or(self.written_back_seq, |(seq, _)| *seq);
         let mut objects: Vec<ObjectId> = records.into_iter().flat_map(|(_, objects)| objects).collect();
         objects.sort_unstable();
         objects.dedup();
-        let mut job = FlushJob {
-            phase: FlushPhase::Load,
+        let mut job = WritebackJob {
+            phase: WritebackPhase::Load,
             last_seq,
             objects: Vec::new(),
             freed: Vec::new(),
@@ -116,22 +117,22 @@ impl<D: Disk> Engine<D> {
             reads_before: self.next_read_id,
         };
         for object in objects {
-            if let Some(flush) = self.plan_object_flush(object, last_seq, &mut job.freed) {
-                job.objects.push(flush);
+            if let Some(writeback) = self.plan_object_writeback(object, last_seq, &mut job.freed) {
+                job.objects.push(writeback);
             }
         }
         // Metadata pages to rewrite: every block whose entry changes.
         let g = self.geometry;
-        for flush in &job.objects {
-            if let Some(old) = flush.old {
+        for writeback in &job.objects {
+            if let Some(old) = writeback.old {
                 job.meta_pages.insert(g.meta_location(old.block).0);
             }
-            if let Some(new) = &flush.new {
+            if let Some(new) = &writeback.new {
                 job.meta_pages.insert(g.meta_location(new.block).0);
             }
         }
         for &page in &job.meta_pages {
-            match self.meta_cache.lookup(page, Waiter::Flusher) {
+            match self.meta_cache.lookup(page, Waiter::Writeback) {
                 Lookup::Hit(_) => self.meta_cache.pin(page),
                 Lookup::Pending => job.loads_pending += 1,
                 Lookup::StartLoad => {
@@ -145,11 +146,16 @@ impl<D: Disk> Engine<D> {
                 }
             }
         }
-        self.flush_job = Some(job);
+        self.writeback_job = Some(job);
     }
 
-    /// Computes what flushing the object's entries of records `<= last_seq` does to it.
-    fn plan_object_flush(&mut self, object: ObjectId, last_seq: u64, freed: &mut Vec<u32>) -> Option<ObjectFlush> {
+    /// Computes what writing back the object's entries of records `<= last_seq` does to it.
+    fn plan_object_writeback(
+        &mut self,
+        object: ObjectId,
+        last_seq: u64,
+        freed: &mut Vec<u32>,
+    ) -> Option<ObjectWriteback> {
         let dirty = self.dirty.get(&object)?;
         let consumed = dirty.entries.iter().take_while(|entry| entry.record_seq <= last_seq).count();
         if consumed == 0 {
@@ -225,20 +231,20 @@ impl<D: Disk> Engine<D> {
             }
         }
         if !changed {
-            // Only superseded small writes: the flushed state stays, the entries go.
-            return Some(ObjectFlush { object, old: None, new: None, consumed });
+            // Only superseded small writes: the written-back state stays, the entries go.
+            return Some(ObjectWriteback { object, old: None, new: None, consumed });
         }
-        Some(ObjectFlush { object, old, new: state, consumed })
+        Some(ObjectWriteback { object, old, new: state, consumed })
     }
 
-    pub(super) fn advance_flush_job(&mut self) {
+    pub(super) fn advance_writeback_job(&mut self) {
         loop {
-            let Some(job) = self.flush_job.as_mut() else { return };
+            let Some(job) = self.writeback_job.as_mut() else { return };
             if self.poisoned.is_some() {
                 // Keep the loaded pages pinned no longer than the job; the engine stops writing.
                 if job.loads_pending == 0 && job.ios_pending == 0 {
                     // The job is abandoned; its pins go with it.
-                    let job = self.flush_job.take().expect("job");
+                    let job = self.writeback_job.take().expect("job");
                     for page in job.meta_pages {
                         if self.meta_cache.get(page).is_some() {
                             self.meta_cache.unpin(page);
@@ -247,47 +253,47 @@ impl<D: Disk> Engine<D> {
                 }
                 return;
             }
-            if job.phase == FlushPhase::Copy && self.copy_remaining() {
+            if job.phase == WritebackPhase::Copy && self.copy_remaining() {
                 self.pump_copy();
                 return;
             }
-            let job = self.flush_job.as_mut().expect("job");
+            let job = self.writeback_job.as_mut().expect("job");
             if job.loads_pending > 0 || job.ios_pending > 0 {
                 return;
             }
             match job.phase {
-                FlushPhase::Load => {
+                WritebackPhase::Load => {
                     if self.copy_waits_for_reads() {
                         return;
                     }
-                    self.flush_start_copy();
+                    self.writeback_start_copy();
                 }
-                FlushPhase::Copy => {
-                    let job = self.flush_job.as_mut().expect("job");
-                    job.phase = FlushPhase::Barrier;
+                WritebackPhase::Copy => {
+                    let job = self.writeback_job.as_mut().expect("job");
+                    job.phase = WritebackPhase::Barrier;
                     // The copies (from RAM or read from the journal) must be durable before
                     // any metadata entry names them.
                     if job.copy_page_count == 0 {
                         continue;
                     }
                     job.ios_pending += 1;
-                    self.submit_io(Io::FlushBarrier, DiskOp::Flush, 0, AlignedBuffer::empty());
+                    self.submit_io(Io::WritebackBarrier, DiskOp::Flush, 0, AlignedBuffer::empty());
                 }
-                FlushPhase::Barrier => self.flush_write_meta(),
-                FlushPhase::Meta => {
+                WritebackPhase::Barrier => self.writeback_write_meta(),
+                WritebackPhase::Meta => {
                     // Metadata must be durable before the superblock stops pointing at the
                     // records it replaces (the superblock write could land first otherwise).
-                    let job = self.flush_job.as_mut().expect("job");
-                    job.phase = FlushPhase::MetaBarrier;
+                    let job = self.writeback_job.as_mut().expect("job");
+                    job.phase = WritebackPhase::MetaBarrier;
                     if job.meta_pages.is_empty() {
                         continue;
                     }
                     job.ios_pending += 1;
-                    self.submit_io(Io::FlushBarrier, DiskOp::Flush, 0, AlignedBuffer::empty());
+                    self.submit_io(Io::WritebackBarrier, DiskOp::Flush, 0, AlignedBuffer::empty());
                 }
-                FlushPhase::MetaBarrier => self.flush_apply(),
-                FlushPhase::Superblock => {
-                    let job = self.flush_job.take().expect("job");
+                WritebackPhase::MetaBarrier => self.writeback_apply(),
+                WritebackPhase::Superblock => {
+                    let job = self.writeback_job.take().expect("job");
                     if let Some((offset, seq)) = job.new_tail {
                         // The copy just written names `seq`; the other one still names the
                         // previous tail, which bounds what may be released.
@@ -322,9 +328,9 @@ impl<D: Disk> Engine<D> {
     /// another timing, hand it half old, half new pages). Reads that started after planning
     /// take those pages from the journal, so only the older ones are waited for.
     fn copy_waits_for_reads(&self) -> bool {
-        let job = self.flush_job.as_ref().expect("job");
+        let job = self.writeback_job.as_ref().expect("job");
         let mut targets =
-            job.objects.iter().filter_map(|flush| flush.new.as_ref()).filter(|new| !new.updates.is_empty());
+            job.objects.iter().filter_map(|writeback| writeback.new.as_ref()).filter(|new| !new.updates.is_empty());
         targets.any(|new| {
             self.reads
                 .iter()
@@ -333,14 +339,14 @@ impl<D: Disk> Engine<D> {
     }
 
     /// Plans the copy of journaled pages into data blocks: the pages in journal order, read in
-    /// merged ranges (`FLUSH_READ_GAP_MAX_BYTES`), written in runs of adjacent pages.
-    fn flush_start_copy(&mut self) {
-        let mut job = self.flush_job.take().expect("job");
-        job.phase = FlushPhase::Copy;
+    /// merged ranges (`WRITEBACK_READ_GAP_MAX_BYTES`), written in runs of adjacent pages.
+    fn writeback_start_copy(&mut self) {
+        let mut job = self.writeback_job.take().expect("job");
+        job.phase = WritebackPhase::Copy;
         let g = self.geometry;
         let mut pages: Vec<CopyPage> = Vec::new();
-        for flush in &job.objects {
-            let Some(new) = &flush.new else { continue };
+        for writeback in &job.objects {
+            let Some(new) = &writeback.new else { continue };
             let block_offset = g.block_offset_bytes(new.block);
             for (&page, &(journal_offset, _)) in &new.updates {
                 pages.push(CopyPage {
@@ -355,7 +361,7 @@ impl<D: Disk> Engine<D> {
         let mut cached: Vec<(u64, &AlignedBuffer)> = self
             .records
             .iter()
-            .filter(|record| record.seq > self.flushed_seq && record.seq <= job.last_seq)
+            .filter(|record| record.seq > self.written_back_seq && record.seq <= job.last_seq)
             .filter_map(|record| Some((record.offset_bytes, record.data.as_ref()?)))
             .collect();
         cached.sort_unstable_by_key(|(offset, _)| *offset);
@@ -377,7 +383,7 @@ impl<D: Disk> Engine<D> {
                 let count = run.len() as u64;
                 let adjacent = start.journal_offset_bytes + count * PAGE == page.journal_offset_bytes
                     && start.target_offset_bytes + count * PAGE == page.target_offset_bytes;
-                if !adjacent || run.len() * PAGE_USIZE >= FLUSH_READ_SIZE_MAX_BYTES as usize {
+                if !adjacent || run.len() * PAGE_USIZE >= WRITEBACK_READ_SIZE_MAX_BYTES as usize {
                     job.copy_writes.push_back((start.target_offset_bytes, concat_pages(&run)));
                     run.clear();
                     run_start = None;
@@ -396,8 +402,8 @@ impl<D: Disk> Engine<D> {
                 let end = read.journal_offset_bytes + read.length_bytes;
                 let merged_end = page.journal_offset_bytes + PAGE;
                 if page.journal_offset_bytes >= end
-                    && page.journal_offset_bytes - end <= FLUSH_READ_GAP_MAX_BYTES
-                    && merged_end - read.journal_offset_bytes <= FLUSH_READ_SIZE_MAX_BYTES
+                    && page.journal_offset_bytes - end <= WRITEBACK_READ_GAP_MAX_BYTES
+                    && merged_end - read.journal_offset_bytes <= WRITEBACK_READ_SIZE_MAX_BYTES
                 {
                     read.length_bytes = merged_end - read.journal_offset_bytes;
                     read.pages.end = index + 1;
@@ -412,45 +418,50 @@ impl<D: Disk> Engine<D> {
         }
         job.copy_pages = pages;
         job.copy_reads = reads;
-        self.flush_job = Some(job);
+        self.writeback_job = Some(job);
         self.pump_copy();
     }
 
-    /// Copy requests the flusher keeps in flight: few while the journal has room, so client
-    /// journal writes do not queue behind background copies, more as it fills, so the flusher
+    /// Copy requests the write-back job keeps in flight: few while the journal has room, so client
+    /// journal writes do not queue behind background copies, more as it fills, so write-back
     /// keeps up before writers have to wait for space.
-    fn flush_io_depth(&self) -> usize {
+    fn writeback_io_depth(&self) -> usize {
         let journal_size = self.geometry.journal_size_bytes;
         let used = self.journal_used_bytes().saturating_sub(journal_size / 4);
         let span = journal_size / 2;
-        let extra = (FLUSH_IO_DEPTH_MAX - FLUSH_IO_DEPTH_MIN) as u64 * used.min(span) / span;
-        FLUSH_IO_DEPTH_MIN + extra as usize
+        let extra = (WRITEBACK_IO_DEPTH_MAX - WRITEBACK_IO_DEPTH_MIN) as u64 * used.min(span) / span;
+        WRITEBACK_IO_DEPTH_MIN + extra as usize
     }
 
-    /// Keeps up to `flush_io_depth` copy requests in flight, writes before further reads.
+    /// Keeps up to `writeback_io_depth` copy requests in flight, writes before further reads.
     fn pump_copy(&mut self) {
         loop {
-            let depth = self.flush_io_depth();
-            let job = self.flush_job.as_mut().expect("job");
-            if job.phase != FlushPhase::Copy || job.ios_pending >= depth || self.poisoned.is_some() {
+            let depth = self.writeback_io_depth();
+            let job = self.writeback_job.as_mut().expect("job");
+            if job.phase != WritebackPhase::Copy || job.ios_pending >= depth || self.poisoned.is_some() {
                 return;
             }
             if let Some((target, buffer)) = job.copy_writes.pop_front() {
                 job.ios_pending += 1;
-                self.stats.flusher_copy_writes += 1;
-                self.stats.flusher_pages_copied += buffer.len() as u64 / PAGE;
-                self.submit_io(Io::FlushCopyWrite, DiskOp::Write, target, buffer);
+                self.stats.writeback_copy_writes += 1;
+                self.stats.writeback_pages_copied += buffer.len() as u64 / PAGE;
+                self.submit_io(Io::WritebackCopyWrite, DiskOp::Write, target, buffer);
                 continue;
             }
-            if job.next_copy_read < job.copy_reads.len() && job.copy_reads_pending < FLUSH_READS_IN_FLIGHT_MAX {
+            if job.next_copy_read < job.copy_reads.len() && job.copy_reads_pending < WRITEBACK_READS_IN_FLIGHT_MAX {
                 let index = job.next_copy_read;
                 job.next_copy_read += 1;
                 job.ios_pending += 1;
                 job.copy_reads_pending += 1;
                 let read = &job.copy_reads[index];
                 let (offset, length) = (read.journal_offset_bytes, read.length_bytes as usize);
-                self.stats.flusher_journal_read_bytes += read.length_bytes;
-                self.submit_io(Io::FlushCopyRead { run: index }, DiskOp::Read, offset, AlignedBuffer::zeroed(length));
+                self.stats.writeback_journal_read_bytes += read.length_bytes;
+                self.submit_io(
+                    Io::WritebackCopyRead { run: index },
+                    DiskOp::Read,
+                    offset,
+                    AlignedBuffer::zeroed(length),
+                );
                 continue;
             }
             return;
@@ -458,16 +469,16 @@ impl<D: Disk> Engine<D> {
     }
 
     fn copy_remaining(&self) -> bool {
-        let job = self.flush_job.as_ref().expect("job");
+        let job = self.writeback_job.as_ref().expect("job");
         job.next_copy_read < job.copy_reads.len() || !job.copy_writes.is_empty()
     }
 
-    pub(super) fn on_flush_copy_read(&mut self, run: usize, buffer: AlignedBuffer, result: Result<(), DiskError>) {
-        let job = self.flush_job.as_mut().expect("job");
+    pub(super) fn on_writeback_copy_read(&mut self, run: usize, buffer: AlignedBuffer, result: Result<(), DiskError>) {
+        let job = self.writeback_job.as_mut().expect("job");
         job.ios_pending -= 1;
         job.copy_reads_pending -= 1;
         if let Err(error) = result {
-            return self.poison(format!("flusher read of the journal failed: {error}"));
+            return self.poison(format!("write-back read of the journal failed: {error}"));
         }
         let read = job.copy_reads[run].clone();
         let pages = &job.copy_pages[read.pages];
@@ -502,18 +513,18 @@ impl<D: Disk> Engine<D> {
         self.pump_copy();
     }
 
-    /// Writes the new metadata entries of every object the job flushes.
-    fn flush_write_meta(&mut self) {
-        let mut job = self.flush_job.take().expect("job");
-        job.phase = FlushPhase::Meta;
+    /// Writes the new metadata entries of every object the job writes back.
+    fn writeback_write_meta(&mut self) {
+        let mut job = self.writeback_job.take().expect("job");
+        job.phase = WritebackPhase::Meta;
         let g = self.geometry;
         let entry_size = g.meta_entry_size_bytes as usize;
         let mut failure = None;
         // Clear old blocks first, then write new entries: an object moving within one page
         // ends with the new entry.
-        for flush in &job.objects {
-            if let Some(old) = flush.old {
-                if flush.new.as_ref().is_none_or(|new| new.block != old.block) {
+        for writeback in &job.objects {
+            if let Some(old) = writeback.old {
+                if writeback.new.as_ref().is_none_or(|new| new.block != old.block) {
                     let (page, at) = g.meta_location(old.block);
                     MetaEntry::encode(None, &mut self.meta_cache.get_mut(page)[at..at + entry_size]);
                 }
@@ -525,19 +536,19 @@ impl<D: Disk> Engine<D> {
                 MetaEntry::encode(None, &mut self.meta_cache.get_mut(page)[at..at + entry_size]);
             }
         }
-        for flush in &job.objects {
-            let Some(new) = &flush.new else { continue };
+        for writeback in &job.objects {
+            let Some(new) = &writeback.new else { continue };
             let (page, at) = g.meta_location(new.block);
             let slot = &mut self.meta_cache.get_mut(page)[at..at + entry_size];
             let (mut bitmap, mut crcs) = match &new.base {
                 StateBase::Fresh => (0u64, vec![0u32; g.pages_per_object() as usize]),
                 StateBase::Whole(crcs) => (full_bitmap(g.pages_per_object()), crcs.clone()),
                 StateBase::Existing => match MetaEntry::decode(slot, g.pages_per_object()) {
-                    Ok(Some(entry)) if entry.object == flush.object => (entry.page_bitmap, entry.page_crcs),
+                    Ok(Some(entry)) if entry.object == writeback.object => (entry.page_bitmap, entry.page_crcs),
                     _ => {
                         failure = Some(format!(
                             "metadata entry of block {} for object {} is missing or corrupt",
-                            new.block, flush.object
+                            new.block, writeback.object
                         ));
                         continue;
                     }
@@ -547,7 +558,8 @@ impl<D: Disk> Engine<D> {
                 bitmap |= 1 << page_index;
                 crcs[page_index as usize] = crc;
             }
-            let entry = MetaEntry { object: flush.object, version: new.version, page_bitmap: bitmap, page_crcs: crcs };
+            let entry =
+                MetaEntry { object: writeback.object, version: new.version, page_bitmap: bitmap, page_crcs: crcs };
             MetaEntry::encode(Some(&entry), slot);
         }
         // Adjacent pages go out as one write: a job touches most metadata pages of a busy
@@ -561,27 +573,27 @@ impl<D: Disk> Engine<D> {
                     bytes[at..at + PAGE_USIZE].copy_from_slice(self.meta_cache.get(page).expect("pinned page"));
                 }
                 job.ios_pending += 1;
-                self.stats.flusher_meta_writes += 1;
-                self.stats.flusher_meta_pages_written += run.len() as u64;
+                self.stats.writeback_meta_writes += 1;
+                self.stats.writeback_meta_pages_written += run.len() as u64;
                 self.submit_io(Io::MetaWrite, DiskOp::Write, g.meta_page_offset_bytes(run[0]), bytes);
             }
         }
-        self.flush_job = Some(job);
+        self.writeback_job = Some(job);
         if let Some(reason) = failure {
             self.poison(reason);
         }
     }
 
-    /// The job's writes are done: switch the in-memory flushed state, then move the tail.
-    fn flush_apply(&mut self) {
-        let mut job = self.flush_job.take().expect("job");
-        self.stats.flusher_jobs += 1;
-        for flush in std::mem::take(&mut job.objects) {
-            let dirty = self.dirty.get_mut(&flush.object).expect("dirty object");
-            let consumed: Vec<DirtyEntry> = dirty.entries.drain(..flush.consumed).collect();
+    /// The job's writes are done: switch the in-memory written-back state, then move the tail.
+    fn writeback_apply(&mut self) {
+        let mut job = self.writeback_job.take().expect("job");
+        self.stats.writeback_jobs += 1;
+        for writeback in std::mem::take(&mut job.objects) {
+            let dirty = self.dirty.get_mut(&writeback.object).expect("dirty object");
+            let consumed: Vec<DirtyEntry> = dirty.entries.drain(..writeback.consumed).collect();
             if dirty.entries.is_empty() {
-                assert!(!dirty.reserved, "object {} keeps a reservation with no entries", flush.object);
-                self.dirty.remove(&flush.object);
+                assert!(!dirty.reserved, "object {} keeps a reservation with no entries", writeback.object);
+                self.dirty.remove(&writeback.object);
             }
             for entry in consumed {
                 if let DirtyKind::Big { block, .. } = entry.kind {
@@ -589,44 +601,44 @@ impl<D: Disk> Engine<D> {
                     self.release_block_after_trim(job.last_seq, block);
                 }
             }
-            match (flush.old, &flush.new) {
+            match (writeback.old, &writeback.new) {
                 (_, Some(new)) => {
                     self.hold_block(new.block);
-                    self.index.insert(flush.object, IndexEntry { block: new.block, version: new.version });
+                    self.index.insert(writeback.object, IndexEntry { block: new.block, version: new.version });
                     if matches!(new.base, StateBase::Fresh) {
                         // The allocation's hold, now the index's.
                         self.release_block_after_trim(job.last_seq, new.block);
                     }
                 }
                 (Some(_), None) => {
-                    self.index.remove(flush.object);
+                    self.index.remove(writeback.object);
                 }
                 (None, None) => {}
             }
-            if let Some(old) = flush.old {
+            if let Some(old) = writeback.old {
                 self.release_block_after_trim(job.last_seq, old.block);
             }
         }
         for page in std::mem::take(&mut job.meta_pages) {
             self.meta_cache.unpin(page);
         }
-        let mut flushed_bytes = 0;
+        let mut written_back_bytes = 0;
         for record in &mut self.records {
-            if record.seq <= self.flushed_seq || record.seq > job.last_seq {
+            if record.seq <= self.written_back_seq || record.seq > job.last_seq {
                 continue;
             }
-            flushed_bytes += record.size_bytes;
+            written_back_bytes += record.size_bytes;
             if record.data.take().is_some() {
                 self.record_data_cached_bytes -= record.size_bytes;
             }
         }
-        self.unflushed_bytes -= flushed_bytes;
-        self.flushed_seq = job.last_seq;
+        self.writeback_backlog_bytes -= written_back_bytes;
+        self.written_back_seq = job.last_seq;
         let tail = self.next_tail();
         if tail.1 == self.superblock.journal_tail_seq && self.older_copy_tail_seq == tail.1 {
             return; // Nothing to trim, and both superblock copies agree.
         }
-        job.phase = FlushPhase::Superblock;
+        job.phase = WritebackPhase::Superblock;
         job.new_tail = Some(tail);
         let mut superblock = self.superblock.clone();
         superblock.generation += 1;
@@ -645,7 +657,7 @@ impl<D: Disk> Engine<D> {
             copy * SUPERBLOCK_SIZE_BYTES,
             AlignedBuffer::from_slice(&superblock.encode()),
         );
-        self.flush_job = Some(job);
+        self.writeback_job = Some(job);
     }
 
     fn journal_head_bytes_after_records(&self) -> u64 {
