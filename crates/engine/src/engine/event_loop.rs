@@ -64,7 +64,9 @@ impl<D: Disk> Engine<D> {
             }
             self.complete(entry.user_data, Err(EngineError::Poisoned { reason: reason.clone() }));
         }
-        let queues: Vec<QueuedWrite> = self.object_queues.values_mut().flat_map(|queue| queue.drain(..)).collect();
+        let mut queues: Vec<QueuedWrite> = self.object_queues.values_mut().flat_map(|queue| queue.drain(..)).collect();
+        // In admission order, not the hash map's: the same inputs complete in the same order.
+        queues.sort_unstable_by_key(|queued| queued.write_seq);
         for queued in queues {
             self.writes_in_flight.remove(&queued.write_seq);
             self.complete(queued.user_data, Err(EngineError::Poisoned { reason: reason.clone() }));

@@ -325,6 +325,9 @@ struct CopyRead {
     pages: std::ops::Range<usize>,
 }
 
+/// The steps of a write-back job, in this order. Each starts only once every request of the one
+/// before has completed (`WritebackJob::enter_phase`): copies are durable before metadata names
+/// them, and both before the superblock trims the records they came from.
 #[derive(PartialEq, Eq, Debug, Clone, Copy)]
 enum WritebackPhase {
     Load,

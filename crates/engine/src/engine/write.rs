@@ -265,6 +265,10 @@ impl<D: Disk> Engine<D> {
         let header_size = RecordHeader::size_bytes_for(&journal_entries);
         let size = u64::from(header_size) + u64::from(data_pages) * PAGE;
         let offset = self.journal_place(size).expect("space was checked");
+        // Replay looks for a record right after the previous one or at the ring's start, and
+        // takes it only whole inside the ring (`read_record` checks what this asserts).
+        assert!(offset == self.journal_head_bytes || offset == self.geometry.journal_offset_bytes);
+        assert!(offset + size <= self.geometry.journal_end_bytes());
         assert!(self.committed_seq < seq);
         let header = RecordHeader {
             seq,
@@ -284,7 +288,7 @@ impl<D: Disk> Engine<D> {
         let mut objects: Vec<ObjectId> = entries.iter().map(|sealed| sealed.entry.object).collect();
         objects.sort_unstable();
         objects.dedup();
-        debug_assert!(self.records.back().is_none_or(|last| last.seq + 1 == seq), "records hold consecutive seqs");
+        assert!(self.records.back().is_none_or(|last| last.seq + 1 == seq), "records hold consecutive seqs");
         self.records.push_back(RecordInfo { seq, offset_bytes: offset, size_bytes: size, objects, data: None });
         self.journal_head_bytes = offset + size;
         self.next_record_seq = seq + 1;
@@ -304,6 +308,7 @@ impl<D: Disk> Engine<D> {
             outcome: None,
             buffer: None,
         });
+        assert!(self.records_in_flight.len() <= self.records_in_flight_max);
         self.stats.records_in_flight_peak = self.stats.records_in_flight_peak.max(self.records_in_flight.len() as u64);
         let op = if has_whole_object_write { DiskOp::WriteFlush } else { DiskOp::WriteFua };
         self.submit_io(Io::JournalRecord { seq }, op, offset, buffer);

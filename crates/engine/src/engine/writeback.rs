@@ -34,6 +34,16 @@ const WRITEBACK_READS_IN_FLIGHT_MAX: usize = 2;
 /// Adjacent metadata pages the write-back job writes with one request.
 const META_WRITE_PAGES_MAX: usize = 64;
 
+impl WritebackJob {
+    /// Moves the job from phase `from` on to `to`, once the requests of `from` have completed.
+    fn enter_phase(&mut self, from: WritebackPhase, to: WritebackPhase) {
+        assert_eq!(self.phase, from, "write-back phase {to:?} entered from {:?}", self.phase);
+        assert_eq!(self.ios_pending, 0, "write-back phase {to:?} entered with requests in flight");
+        assert_eq!(self.loads_pending, 0, "write-back phase {to:?} entered with metadata loads in flight");
+        self.phase = to;
+    }
+}
+
 impl<D: Disk> Engine<D> {
     pub(super) fn writeback_has_work(&self) -> bool {
         let backlog = self.committed_seq > self.written_back_seq;
@@ -52,7 +62,7 @@ impl<D: Disk> Engine<D> {
         let index = self.records.front().map_or(0, |front| first_kept_seq.saturating_sub(front.seq) as usize);
         match self.records.get(index) {
             Some(record) => {
-                debug_assert!(record.seq >= first_kept_seq);
+                assert!(record.seq >= first_kept_seq);
                 (record.offset_bytes, record.seq)
             }
             None => (self.journal_head_bytes_after_records(), self.next_record_seq),
@@ -270,7 +280,10 @@ impl<D: Disk> Engine<D> {
                 }
                 WritebackPhase::Copy => {
                     let job = self.writeback_job.as_mut().expect("job");
-                    job.phase = WritebackPhase::Barrier;
+                    // The barrier covers only the copies submitted before it: all of them.
+                    assert!(job.copy_writes.is_empty());
+                    assert_eq!(job.next_copy_read, job.copy_reads.len());
+                    job.enter_phase(WritebackPhase::Copy, WritebackPhase::Barrier);
                     // The copies (from RAM or read from the journal) must be durable before
                     // any metadata entry names them.
                     if job.copy_page_count == 0 {
@@ -284,7 +297,7 @@ impl<D: Disk> Engine<D> {
                     // Metadata must be durable before the superblock stops pointing at the
                     // records it replaces (the superblock write could land first otherwise).
                     let job = self.writeback_job.as_mut().expect("job");
-                    job.phase = WritebackPhase::MetaBarrier;
+                    job.enter_phase(WritebackPhase::Meta, WritebackPhase::MetaBarrier);
                     if job.meta_pages.is_empty() {
                         continue;
                     }
@@ -294,6 +307,9 @@ impl<D: Disk> Engine<D> {
                 WritebackPhase::MetaBarrier => self.writeback_apply(),
                 WritebackPhase::Superblock => {
                     let job = self.writeback_job.take().expect("job");
+                    // Journal space and blocks are released below: only once the superblock
+                    // copy naming the new tail is durable.
+                    assert_eq!(job.ios_pending, 0);
                     if let Some((offset, seq)) = job.new_tail {
                         // The copy just written names `seq`; the other one still names the
                         // previous tail, which bounds what may be released.
@@ -302,7 +318,10 @@ impl<D: Disk> Engine<D> {
                         self.superblock.journal_tail_offset_bytes = offset;
                         self.superblock.journal_tail_seq = seq;
                         while self.records.front().is_some_and(|record| record.seq < released_seq) {
-                            self.records.pop_front();
+                            let record = self.records.pop_front().expect("checked");
+                            // Its journal space is about to be reused.
+                            assert!(record.seq <= self.written_back_seq);
+                            assert!(record.data.is_none());
                         }
                         self.journaled_deletes.retain(|_, &mut (_, record_seq)| record_seq >= released_seq);
                         while let Some(&(last_seq, block)) = self.blocks_awaiting_trim.front() {
@@ -342,7 +361,7 @@ impl<D: Disk> Engine<D> {
     /// merged ranges (`WRITEBACK_READ_GAP_MAX_BYTES`), written in runs of adjacent pages.
     fn writeback_start_copy(&mut self) {
         let mut job = self.writeback_job.take().expect("job");
-        job.phase = WritebackPhase::Copy;
+        job.enter_phase(WritebackPhase::Load, WritebackPhase::Copy);
         let g = self.geometry;
         let mut pages: Vec<CopyPage> = Vec::new();
         for writeback in &job.objects {
@@ -516,7 +535,7 @@ impl<D: Disk> Engine<D> {
     /// Writes the new metadata entries of every object the job writes back.
     fn writeback_write_meta(&mut self) {
         let mut job = self.writeback_job.take().expect("job");
-        job.phase = WritebackPhase::Meta;
+        job.enter_phase(WritebackPhase::Barrier, WritebackPhase::Meta);
         let g = self.geometry;
         let entry_size = g.meta_entry_size_bytes as usize;
         let mut failure = None;
@@ -587,6 +606,11 @@ impl<D: Disk> Engine<D> {
     /// The job's writes are done: switch the in-memory written-back state, then move the tail.
     fn writeback_apply(&mut self) {
         let mut job = self.writeback_job.take().expect("job");
+        // The journal tail moves only after what it trims is durable: the copies and the
+        // metadata, behind the barrier that has completed.
+        assert_eq!(job.phase, WritebackPhase::MetaBarrier);
+        assert_eq!(job.ios_pending, 0);
+        assert_eq!(job.loads_pending, 0);
         self.stats.writeback_jobs += 1;
         for writeback in std::mem::take(&mut job.objects) {
             let dirty = self.dirty.get_mut(&writeback.object).expect("dirty object");
@@ -638,7 +662,12 @@ impl<D: Disk> Engine<D> {
         if tail.1 == self.superblock.journal_tail_seq && self.older_copy_tail_seq == tail.1 {
             return; // Nothing to trim, and both superblock copies agree.
         }
-        job.phase = WritebackPhase::Superblock;
+        // The new tail trims written-back records only, and never moves back.
+        assert!(tail.1 <= self.written_back_seq + 1);
+        assert!(tail.1 >= self.superblock.journal_tail_seq);
+        // Versions only grow: the floor the superblock keeps for open does too.
+        assert!(self.last_version >= self.superblock.version_floor);
+        job.enter_phase(WritebackPhase::MetaBarrier, WritebackPhase::Superblock);
         job.new_tail = Some(tail);
         let mut superblock = self.superblock.clone();
         superblock.generation += 1;
