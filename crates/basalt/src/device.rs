@@ -232,7 +232,7 @@ pub fn format(
     if std::fs::metadata(path).is_ok_and(|metadata| metadata.is_file()) {
         // The journal is written on every client write, so its blocks must not be holes or
         // unwritten extents of the file: see `size_file`. The data area of a sparse file fills
-        // in as the flusher and whole-object writes reach it.
+        // in as write-back and whole-object writes reach it.
         let geometry = Geometry::compute(size_bytes, object_size_bytes, journal_size_bytes)?;
         let journal_start_bytes = geometry.journal_offset_bytes;
         write_zeros(path, journal_start_bytes..journal_start_bytes + geometry.journal_size_bytes)?;

@@ -80,7 +80,7 @@ enum OsdCommand {
 enum EngineCommand {
     /// Format PATH and run the fio-suite workloads against the engine (destroys PATH's data).
     Bench(cmd::engine_bench::Args),
-    /// Write N distinct objects into an existing engine, then flush its journal.
+    /// Write N distinct objects into an existing engine, then write its journal back.
     Fill(cmd::engine_fill::Args),
     /// Measure the disk's floor for a write that needs several durable copies on it at once.
     SyncFloor(cmd::engine_sync_floor::Args),

@@ -1,4 +1,4 @@
-//! The in-memory index of flushed objects: object -> (data block, version).
+//! The in-memory index of written-back objects: object -> (data block, version).
 //!
 //! It is the engine's only per-object RAM cost, budgeted at 32 bytes per object (256 MiB per
 //! TiB of 128 KiB objects). A general hash map of `(u64, u64) -> (u32, u64)` costs 33 to 75

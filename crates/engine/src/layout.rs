@@ -213,8 +213,8 @@ pub struct Superblock {
     pub journal_tail_offset_bytes: u64,
     pub journal_tail_seq: u64,
     /// The highest version handed out when this copy was written. Versions must keep growing
-    /// across deletes, but a delete that was flushed and trimmed leaves its version nowhere else
-    /// on disk, so open starts numbering above this. Zero in superblocks written before it
+    /// across deletes, but a delete that was written back and trimmed leaves its version nowhere
+    /// else on disk, so open starts numbering above this. Zero in superblocks written before it
     /// existed (the bytes were reserved and zero).
     pub version_floor: u64,
 }
@@ -342,7 +342,7 @@ impl Superblock {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Metadata entries: one per data block, describing the object whose flushed data it holds.
+// Metadata entries: one per data block, describing the object whose written-back data it holds.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetaEntry {

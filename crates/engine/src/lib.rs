@@ -4,8 +4,9 @@
 //! go to a journal together with their data and are acknowledged once the journal write is
 //! durable (group commit: one flush per batch of concurrent writes, several batches in
 //! flight). Whole-object writes go to a free data block first (redirect-on-write) and journal
-//! only a pointer. A background flusher copies journaled data into place, updates the on-disk
-//! metadata area and trims the journal. Every 4 KiB page carries a crc32c checked on every read.
+//! only a pointer. A background write-back job copies journaled data into place, updates the
+//! on-disk metadata area and trims the journal. Every 4 KiB page carries a crc32c checked on
+//! every read.
 //!
 //! The engine is a single-threaded state machine over the [`platform::Disk`] trait: callers
 //! [`Engine::submit`] requests, then [`Engine::poll`] for completions and [`Engine::wait`] when

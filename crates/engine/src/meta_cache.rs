@@ -2,9 +2,9 @@
 //!
 //! Reads need the checksums of the pages they return; keeping them in RAM for every object
 //! would blow the 32-bytes-per-object budget, so they live on disk and the hot pages are cached
-//! here. Loads are single-flight: a page has at most one read in flight, and the flusher never
-//! writes a page while a read of it is in flight, so no reader ever sees a half-written page.
-//! Only metadata is cached; object data is always read from the drive.
+//! here. Loads are single-flight: a page has at most one read in flight, and the write-back job
+//! never writes a page while a read of it is in flight, so no reader ever sees a half-written
+//! page. Only metadata is cached; object data is always read from the drive.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -22,7 +22,7 @@ pub enum PageState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waiter {
     Read(u64),
-    Flusher,
+    Writeback,
 }
 
 pub struct MetaCache {
@@ -86,7 +86,7 @@ impl MetaCache {
         let Some(PageState::Loading { waiters }) = self.pages.remove(&page) else {
             panic!("metadata page {page} was not loading");
         };
-        let pins = waiters.iter().filter(|waiter| **waiter == Waiter::Flusher).count() as u32;
+        let pins = waiters.iter().filter(|waiter| **waiter == Waiter::Writeback).count() as u32;
         self.pages.insert(page, PageState::Ready { bytes, pins });
         self.evict();
         waiters

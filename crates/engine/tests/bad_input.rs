@@ -3,7 +3,7 @@
 //! Malformed requests get an error naming the problem and change nothing. A full engine
 //! refuses new objects with `NoSpace` but still takes overwrites (through the journal) and
 //! deletes, and gets its space back. A failed data-block write fails that write only; a failed
-//! journal (or flusher) write poisons the engine: writes fail with `Poisoned`, reads go on, and
+//! journal (or write-back) write poisons the engine: writes fail with `Poisoned`, reads go on, and
 //! a reopen recovers everything acknowledged. Every test ends with a reopen and a full check.
 
 mod common;
@@ -206,16 +206,16 @@ fn a_full_engine_refuses_new_objects_and_recovers_space() {
         write_pages(&mut engine, &mut expected, id, 100 + round, 0, PAGES_PER_OBJECT);
         write_pages(&mut engine, &mut expected, object(round + 10), 200 + round, 1, 2);
     }
-    engine.flush_journal();
+    engine.write_back_journal();
     assert!(engine.poisoned().is_none());
     expected.check(&mut engine);
 
-    // Deletes give blocks back once flushed, and exactly that many new objects fit.
+    // Deletes give blocks back once written back, and exactly that many new objects fit.
     for stripe in 20..25 {
         assert!(matches!(execute(&mut engine, Request::Delete { object: object(stripe) }), Ok(Reply::Deleted { .. })));
         expected.delete(object(stripe));
     }
-    engine.flush_journal();
+    engine.write_back_journal();
     assert_eq!(engine.space().free_bytes, 5 * u64::from(OBJECT_SIZE_BYTES), "{:?}", engine.space());
     for index in 0..5u64 {
         let id = object(20_000 + index);
@@ -244,7 +244,7 @@ fn a_failed_data_block_write_fails_only_that_write() {
     let mut expected = Expected::default();
     let id = object(1);
     write_pages(&mut engine, &mut expected, id, 1, 0, PAGES_PER_OBJECT);
-    engine.flush_journal();
+    engine.write_back_journal();
 
     // The whole-object write's data goes to a fresh block first; that write fails.
     control.apply(|disk| disk.fail_next_writes(1));
@@ -269,7 +269,7 @@ fn a_failed_data_block_write_fails_only_that_write() {
     // The engine goes on, and the blocks of the failed writes were given back.
     write_pages(&mut engine, &mut expected, id, 4, 0, PAGES_PER_OBJECT);
     write_pages(&mut engine, &mut expected, object(2), 5, 1, 1);
-    engine.flush_journal();
+    engine.write_back_journal();
     assert_eq!(engine.space().used_bytes, 2 * u64::from(OBJECT_SIZE_BYTES));
     expected.check(&mut engine);
     let mut engine = common::open(stop(engine));
@@ -281,7 +281,7 @@ fn a_failed_read_fails_only_that_read() {
     let (mut engine, control) = new_engine(8 << 20);
     let mut expected = Expected::default();
     write_pages(&mut engine, &mut expected, object(1), 1, 0, PAGES_PER_OBJECT);
-    engine.flush_journal();
+    engine.write_back_journal();
     control.apply(|disk| disk.fail_next_reads(1));
     let result =
         execute(&mut engine, Request::Read { object: object(1), offset_bytes: 0, length_bytes: OBJECT_SIZE_BYTES });
@@ -290,24 +290,24 @@ fn a_failed_read_fails_only_that_read() {
     expected.check(&mut engine);
 }
 
-/// Acknowledged writes, some flushed and some only journaled, then a fault that poisons.
-fn poison_with(inject: impl FnOnce(&mut SimDisk) + 'static, through_flusher: bool) {
+/// Acknowledged writes, some written back and some only journaled, then a fault that poisons.
+fn poison_with(inject: impl FnOnce(&mut SimDisk) + 'static, through_writeback: bool) {
     let (mut engine, control) = new_engine(8 << 20);
     let mut expected = Expected::default();
     for stripe in 0..4u64 {
         write_pages(&mut engine, &mut expected, object(stripe), stripe + 1, 0, PAGES_PER_OBJECT);
         write_pages(&mut engine, &mut expected, object(stripe + 10), stripe + 20, 1, 2);
     }
-    engine.flush_journal();
+    engine.write_back_journal();
     for stripe in 0..4u64 {
         write_pages(&mut engine, &mut expected, object(stripe), stripe + 40, 2, 1);
     }
-    if through_flusher {
-        // The flusher's first write (a copy into a data block) fails.
-        engine.flush_journal();
+    if through_writeback {
+        // The write-back job's first write (a copy into a data block) fails.
+        engine.write_back_journal();
         write_pages(&mut engine, &mut expected, object(0), 50, 3, 1);
         control.apply(inject);
-        engine.flush_journal();
+        engine.write_back_journal();
     } else {
         // The journal write of this batch fails: every write in it fails with Poisoned.
         control.apply(inject);
@@ -345,7 +345,7 @@ fn poison_with(inject: impl FnOnce(&mut SimDisk) + 'static, through_flusher: boo
 
     // A restart recovers everything acknowledged, and the engine takes writes again.
     let mut engine = common::open(stop(engine));
-    if through_flusher {
+    if through_writeback {
         expected.check(&mut engine);
     } else {
         // A failed write+flush may have written its record without making it durable; it was
@@ -368,7 +368,7 @@ fn poison_with(inject: impl FnOnce(&mut SimDisk) + 'static, through_flusher: boo
         }
     }
     write_pages(&mut engine, &mut expected, object(5), 80, 0, 1);
-    engine.flush_journal();
+    engine.write_back_journal();
     expected.check(&mut engine);
     let mut engine = common::open(stop(engine));
     expected.check(&mut engine);
@@ -385,11 +385,11 @@ fn a_failed_journal_flush_poisons_until_restart() {
 }
 
 #[test]
-fn a_failed_flusher_write_poisons_until_restart() {
+fn a_failed_writeback_write_poisons_until_restart() {
     poison_with(|disk| disk.fail_next_writes(1), true);
 }
 
 #[test]
-fn a_failed_flusher_flush_poisons_until_restart() {
+fn a_failed_writeback_flush_poisons_until_restart() {
     poison_with(|disk| disk.fail_next_flushes(1), true);
 }

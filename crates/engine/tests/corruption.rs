@@ -58,12 +58,12 @@ fn open_error(disk: SimDisk) -> OpenError {
 }
 
 #[test]
-fn flipped_bit_in_a_flushed_data_page_fails_that_read_only() {
+fn flipped_bit_in_a_written_back_data_page_fails_that_read_only() {
     let mut engine = new_engine();
     let (a, b) = (object(1), object(2));
     write(&mut engine, a, 0, pattern_buffer(1, a, 0, PAGES_PER_OBJECT));
     write(&mut engine, b, 4096, pattern_buffer(2, b, 1, 2));
-    engine.flush_journal();
+    engine.write_back_journal();
     let geometry = *engine.geometry();
     let mut disk = stop(engine);
     let at = find_page(&disk, data_range(&geometry), &page_pattern(1, a, 2))
@@ -86,7 +86,7 @@ fn flipped_bit_in_a_flushed_data_page_fails_that_read_only() {
     write(&mut engine, c, 0, pattern_buffer(3, c, 0, 1));
     write(&mut engine, a, 8192, pattern_buffer(4, a, 2, 1));
     assert_eq!(read(&mut engine, a, 8192, 4096).1, page_pattern(4, a, 2));
-    engine.flush_journal();
+    engine.write_back_journal();
     assert_eq!(read(&mut engine, a, 8192, 4096).1, page_pattern(4, a, 2));
     let mut engine = open(stop(engine));
     assert_eq!(read(&mut engine, a, 8192, 4096).1, page_pattern(4, a, 2));
@@ -94,9 +94,9 @@ fn flipped_bit_in_a_flushed_data_page_fails_that_read_only() {
 }
 
 #[test]
-fn flipped_bit_in_an_unflushed_whole_object_write_fails_the_read() {
-    // The block of a whole-object write whose journal pointer is not flushed yet (and not the
-    // last record): the checksums come from the journal entry. Seeds where the flusher got to
+fn flipped_bit_in_a_whole_object_write_not_written_back_fails_the_read() {
+    // The block of a whole-object write whose journal pointer is not written back yet (and not
+    // the last record): the checksums come from the journal entry. Seeds where write-back got to
     // trim the record before the power loss do not test this and are skipped.
     let mut tested_count = 0;
     for seed in 0..64 {
@@ -108,7 +108,7 @@ fn flipped_bit_in_an_unflushed_whole_object_write_fails_the_read() {
         write(&mut engine, a, 0, pattern_buffer(1, a, 0, PAGES_PER_OBJECT));
         write(&mut engine, b, 0, pattern_buffer(2, b, 0, 1));
         let geometry = *engine.geometry();
-        // Power loss right away: both records are durable, the flusher's work may not be.
+        // Power loss right away: both records are durable, write-back's work may not be.
         let mut disk = engine.into_disk();
         disk.crash();
         if Engine::probe(&mut disk).expect("superblock").journal_tail_seq != 1 {
@@ -136,7 +136,7 @@ struct Journaled {
     records: Vec<(u64, u64, ObjectId, u64)>,
 }
 
-/// Writes one small write per record to a fresh object each, then stops before the flusher
+/// Writes one small write per record to a fresh object each, then stops before write-back
 /// trims them (the tail in the superblock says which are still replayed).
 fn journaled() -> Journaled {
     let mut engine = new_engine();
@@ -160,7 +160,7 @@ fn journaled() -> Journaled {
             records.push((seq, header_at, id, 100 + stripe));
         }
     }
-    assert!(records.len() >= 2, "the flusher trimmed too much for this test: {} records left", records.len());
+    assert!(records.len() >= 2, "write-back trimmed too much for this test: {} records left", records.len());
     Journaled { disk, records }
 }
 
@@ -223,7 +223,7 @@ fn one_write_per_record() -> EngineOptions {
 /// tag, in seq order.
 fn records_written_together(then_one_more: bool) -> (SimDisk, Vec<(u64, u64, ObjectId, u64)>) {
     let disk = SimDisk::new(SimDiskOptions { size_bytes: 8 << 20, ..SimDiskOptions::default() });
-    // A journal large enough that the lazy flusher leaves the seven records in it.
+    // A journal large enough that lazy write-back leaves the seven records in it.
     let disk = format_disk(CrashDisk::new(disk, false, 0), u64::from(OBJECT_SIZE_BYTES), 1 << 20);
     let control = disk.control();
     let mut engine = Engine::open(disk, &one_write_per_record()).expect("open");
@@ -266,7 +266,7 @@ fn records_written_together(then_one_more: bool) -> (SimDisk, Vec<(u64, u64, Obj
         })
         .collect();
     records.sort_unstable();
-    assert!(records[0].0 >= tail_seq, "the flusher trimmed records this test needs");
+    assert!(records[0].0 >= tail_seq, "write-back trimmed records this test needs");
     (disk, records)
 }
 
@@ -322,7 +322,7 @@ fn flipped_bit_in_a_metadata_entry_fails_open() {
         let id = object(stripe);
         write(&mut engine, id, 0, pattern_buffer(stripe + 1, id, 0, PAGES_PER_OBJECT));
     }
-    engine.flush_journal();
+    engine.write_back_journal();
     let geometry = *engine.geometry();
     let disk = stop(engine);
     let entry_size = u64::from(geometry.meta_entry_size_bytes);
@@ -343,7 +343,7 @@ fn flipped_bit_in_a_metadata_entry_fails_open() {
             let id = object(stripe);
             write(&mut engine, id, 0, pattern_buffer(stripe + 1, id, 0, PAGES_PER_OBJECT));
         }
-        engine.flush_journal();
+        engine.write_back_journal();
         let mut disk = stop(engine);
         let entry_at = geometry.meta_offset_bytes + u64::from(block) * entry_size;
         disk.flip_bit(entry_at + within, 2);
@@ -356,7 +356,7 @@ fn flipped_bit_in_a_metadata_entry_fails_open() {
     }
 }
 
-fn sync_io(disk: &mut SimDisk, op: DiskOp, offset_bytes: u64, buffer: AlignedBuffer) -> AlignedBuffer {
+fn blocking_io(disk: &mut SimDisk, op: DiskOp, offset_bytes: u64, buffer: AlignedBuffer) -> AlignedBuffer {
     disk.submit(DiskRequest { id: 1, op, offset_bytes, buffer });
     let mut done = Vec::new();
     while done.is_empty() {
@@ -368,7 +368,7 @@ fn sync_io(disk: &mut SimDisk, op: DiskOp, offset_bytes: u64, buffer: AlignedBuf
     completion.buffer
 }
 
-/// An engine with flushed and journaled objects, stopped; returns the disk and what to expect.
+/// An engine with written-back and journaled objects, stopped; returns the disk and what to expect.
 fn busy_disk() -> (SimDisk, Vec<(ObjectId, Vec<u8>)>) {
     let mut engine = new_engine();
     let mut expected = Vec::new();
@@ -377,7 +377,7 @@ fn busy_disk() -> (SimDisk, Vec<(ObjectId, Vec<u8>)>) {
         write(&mut engine, id, 0, pattern_buffer(stripe + 1, id, 0, PAGES_PER_OBJECT));
         expected.push((id, pattern_buffer(stripe + 1, id, 0, PAGES_PER_OBJECT).to_vec()));
     }
-    engine.flush_journal();
+    engine.write_back_journal();
     for stripe in 3..5u64 {
         let id = object(stripe);
         write(&mut engine, id, 0, pattern_buffer(stripe + 1, id, 0, 1));
@@ -400,7 +400,7 @@ fn flipped_bit_in_one_superblock_copy_uses_the_other() {
         // And the engine goes on, rewriting the damaged copy in time.
         let id = object(9);
         write(&mut engine, id, 0, pattern_buffer(9, id, 0, 1));
-        engine.flush_journal();
+        engine.write_back_journal();
         let mut engine = open(stop(engine));
         assert_eq!(read(&mut engine, id, 0, 4096).1, page_pattern(9, id, 0));
     }
@@ -433,13 +433,13 @@ fn a_disk_of_zeros_is_not_basalt() {
 /// Rewrites superblock copy `copy` with another format version and a valid checksum.
 fn patch_format_version(disk: &mut SimDisk, copy: u64, version: u32) {
     write_format_version(disk, copy, version);
-    let bytes = sync_io(disk, DiskOp::Read, copy * SUPERBLOCK_SIZE_BYTES, AlignedBuffer::zeroed(PAGE_BYTES));
+    let bytes = blocking_io(disk, DiskOp::Read, copy * SUPERBLOCK_SIZE_BYTES, AlignedBuffer::zeroed(PAGE_BYTES));
     assert_eq!(Superblock::decode(&bytes), Err(SuperblockError::Version { found: version }));
 }
 
 fn write_format_version(disk: &mut SimDisk, copy: u64, version: u32) {
     let offset = copy * SUPERBLOCK_SIZE_BYTES;
-    let bytes = sync_io(disk, DiskOp::Read, offset, AlignedBuffer::zeroed(SUPERBLOCK_SIZE_BYTES as usize));
+    let bytes = blocking_io(disk, DiskOp::Read, offset, AlignedBuffer::zeroed(SUPERBLOCK_SIZE_BYTES as usize));
     let superblock = Superblock::decode(&bytes).expect("valid copy");
     let mut patched = superblock.encode();
     patched[8..12].copy_from_slice(&version.to_le_bytes());
@@ -447,12 +447,12 @@ fn write_format_version(disk: &mut SimDisk, copy: u64, version: u32) {
     patched[12..16].fill(0);
     let crc = crc32c::crc32c(&patched);
     patched[12..16].copy_from_slice(&crc.to_le_bytes());
-    sync_io(disk, DiskOp::WriteFlush, offset, AlignedBuffer::from_slice(&patched));
+    blocking_io(disk, DiskOp::WriteFlush, offset, AlignedBuffer::from_slice(&patched));
 }
 
 fn format_versions(disk: &mut SimDisk) -> [u32; 2] {
     [0, 1].map(|copy| {
-        let bytes = sync_io(disk, DiskOp::Read, copy * SUPERBLOCK_SIZE_BYTES, AlignedBuffer::zeroed(PAGE_BYTES));
+        let bytes = blocking_io(disk, DiskOp::Read, copy * SUPERBLOCK_SIZE_BYTES, AlignedBuffer::zeroed(PAGE_BYTES));
         Superblock::decode(&bytes).expect("valid copy").format_version
     })
 }

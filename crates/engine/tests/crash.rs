@@ -16,7 +16,7 @@
 //!   the cycle; never bytes no write produced;
 //! - versions never go back: objects read at or above their acknowledged versions, and new
 //!   writes get versions above everything seen before the crash;
-//! - `list_objects` agrees with what reads return, and flushing the journal changes nothing.
+//! - `list_objects` agrees with what reads return, and writing the journal back changes nothing.
 //!
 //! Reads during the workload are checked too: they return a candidate, and a version a read
 //! returned was durable, so it must survive the crash.
@@ -157,7 +157,7 @@ impl ObjectHistory {
     }
 
     /// Checks the version an object reads at after recovery. A deleted object reads at the
-    /// delete's version until the delete is flushed, then at version 0.
+    /// delete's version until the delete is written back, then at version 0.
     fn check_version(&self, object: ObjectId, version: u64, exists: bool) {
         let last_acked = self.ops.iter().rposition(|op| matches!(op.state, OpState::Acked { .. }));
         let (floor, zero_ok) = match last_acked {
@@ -265,7 +265,7 @@ impl Crasher {
         let options = EngineOptions {
             records_in_flight_max: [1, 2, 4, 8][rng.gen_range(0..4)],
             record_min_bytes_in_flight: [1, 4096, 8192][rng.gen_range(0..3)],
-            // The flusher copies from RAM, reads everything back, or a mix.
+            // The write-back job copies from RAM, reads everything back, or a mix.
             record_data_cache_bytes: [0, 16 << 10, 64 << 10, 32 << 20][rng.gen_range(0..4)],
             ..common::engine_options()
         };
@@ -443,8 +443,8 @@ impl Crasher {
         }
     }
 
-    /// Lets the flusher run for a while with no requests (it may be stopped mid-job).
-    fn run_flusher(&mut self, poll_count: usize) {
+    /// Lets the write-back job run for a while with no requests (it may be stopped mid-job).
+    fn run_writeback(&mut self, poll_count: usize) {
         let mut out = Vec::new();
         for _ in 0..poll_count {
             if self.engine().disk().is_frozen() || self.engine().is_idle() {
@@ -477,19 +477,23 @@ impl Crasher {
         self.engine = Some(engine);
         let recovered = self.check_recovered();
 
-        // Flushing replayed records must not change what reads return.
+        // Writing back replayed records must not change what reads return.
         if self.rng.gen_bool(0.5) {
-            self.engine().flush_journal();
+            self.engine().write_back_journal();
             assert!(self.engine().poisoned().is_none());
             for object in 0..OBJECT_COUNT {
                 let object_size_bytes = self.object_size_bytes;
                 let (version, data) = common::read(self.engine(), object_id(object), 0, object_size_bytes);
                 let (expected_version, expected) = &recovered[object as usize];
-                assert!(data == *expected, "{}: flushing the replayed journal changed its bytes", object_id(object));
+                assert!(
+                    data == *expected,
+                    "{}: writing back the replayed journal changed its bytes",
+                    object_id(object)
+                );
                 let deleted = expected.iter().all(|&byte| byte == 0);
                 assert!(
                     version == *expected_version || (deleted && version == 0),
-                    "{}: version {version} after flushing, {expected_version} before",
+                    "{}: version {version} after write-back, {expected_version} before",
                     object_id(object)
                 );
             }
@@ -564,7 +568,7 @@ fn run_random_seed(seed: u64) -> Coverage {
         crasher.run_workload(op_count);
         crasher.freeze_at_records_in_flight = None;
         let poll_count = crasher.rng.gen_range(0..50);
-        crasher.run_flusher(poll_count);
+        crasher.run_writeback(poll_count);
         crasher.crash_and_check();
     }
     crasher.coverage
@@ -590,7 +594,7 @@ fn run_random_seeds(parity: u64) {
     }
 }
 
-/// Runs a small workload (and then the flusher) for `seed`, crashing after `flush_index`
+/// Runs a small workload (and then write-back) for `seed`, crashing after `flush_index`
 /// successful flushes, or at the end if there are fewer. Returns the flushes it saw.
 fn run_flush_index(seed: u64, flush_index: Option<u64>) -> u64 {
     let mut crasher = Crasher::new(seed);
@@ -599,7 +603,7 @@ fn run_flush_index(seed: u64, flush_index: Option<u64>) -> u64 {
         crasher.control.apply(move |disk| disk.freeze_after_flushes(flush_index));
     }
     crasher.run_workload(16);
-    crasher.run_flusher(10_000);
+    crasher.run_writeback(10_000);
     let flush_count = crasher.engine().disk().inner.completed_flush_count() - flushes_before;
     crasher.crash_and_check();
     // A second cycle on the recovered engine, crashed at its end.
@@ -637,7 +641,7 @@ fn crash_at_every_flush_index() {
         let seed = seed + 1_000_000;
         let _guard = SeedGuard(seed);
         let flush_count = run_flush_index(seed, None);
-        // Lazy flushing leaves some workloads with few durability points; each still counts.
+        // Lazy write-back leaves some workloads with few durability points; each still counts.
         assert!(flush_count >= 2, "the workload flushed only {flush_count} times");
         for flush_index in 0..=flush_count {
             run_flush_index(seed, Some(flush_index));

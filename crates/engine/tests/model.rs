@@ -2,8 +2,8 @@
 //!
 //! The model is a `BTreeMap` from object to its bytes and version. Each step is a batch of
 //! requests submitted together and polled until all complete (several in flight at once, on a
-//! disk that completes them in random order), a run of the flusher to completion, or a reopen
-//! (the engine stops as a killed process would, with the flusher possibly mid-job, and replays).
+//! disk that completes them in random order), a run of write-back to completion, or a reopen
+//! (the engine stops as a killed process would, with write-back possibly mid-job, and replays).
 //! Checked: every reply, every read byte, versions growing per object, `list_objects` and the
 //! space accounting. Two geometries: 16 KiB objects with a journal that wraps and fills, and
 //! the default 128 KiB objects. `BASALT_MODEL_CASES` sets the number of cases per geometry.
@@ -50,7 +50,7 @@ enum Op {
 #[derive(Debug, Clone)]
 enum Step {
     Batch(Vec<Op>),
-    FlushJournal,
+    WriteBackJournal,
     Reopen,
 }
 
@@ -68,7 +68,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 fn step_strategy() -> impl Strategy<Value = Step> {
     prop_oneof![
         12 => prop::collection::vec(op_strategy(), 1..=BATCH_SIZE_MAX).prop_map(Step::Batch),
-        1 => Just(Step::FlushJournal),
+        1 => Just(Step::WriteBackJournal),
         1 => Just(Step::Reopen),
     ]
 }
@@ -131,9 +131,9 @@ impl Harness {
     fn step(&mut self, step: &Step) {
         match step {
             Step::Batch(ops) => self.batch(ops),
-            Step::FlushJournal => {
-                self.engine().flush_journal();
-                assert!(self.engine().is_flushed());
+            Step::WriteBackJournal => {
+                self.engine().write_back_journal();
+                assert!(self.engine().is_written_back());
                 assert_eq!(self.engine().space().journal_used_bytes, 0);
             }
             Step::Reopen => {
@@ -251,7 +251,7 @@ impl Harness {
                 candidates.push((version_after[&write_index], state.data[range.clone()].to_vec(), state.exists));
             }
             let matched = candidates.iter().any(|(candidate_version, bytes, exists)| {
-                // A deleted object reads as version 0 once the delete is flushed.
+                // A deleted object reads as version 0 once the delete is written back.
                 let version_ok = version == *candidate_version || (!exists && version == 0);
                 version_ok && *bytes == data
             });
@@ -300,15 +300,15 @@ impl Harness {
         assert!(space.used_bytes + space.free_bytes <= space.total_bytes, "{space:?}");
         assert!(space.journal_used_bytes <= space.journal_total_bytes, "{space:?}");
         assert_eq!(space.object_count, expected.len() as u64);
-        // Every object holds at most one block once flushed; more are in transit until the
-        // flusher runs: one per whole-object write still in the journal (each takes at least a
+        // Every object holds at most one block once written back; more are in transit until
+        // write-back runs: one per whole-object write still in the journal (each takes at least a
         // journal page) or still writing its data (at most a batch's worth).
         let object_size = u64::from(self.object_size_bytes);
         let in_transit_max = space.journal_used_bytes / 4096 + 1 + BATCH_SIZE_MAX as u64;
         assert!(space.used_bytes <= (OBJECT_COUNT as u64 + in_transit_max) * object_size, "{space:?}");
     }
 
-    /// Deletes everything, flushes, and checks that all space comes back.
+    /// Deletes everything, writes the journal back, and checks that all space comes back.
     fn finish(&mut self) {
         let requests: Vec<Request> =
             (0..OBJECT_COUNT).map(|index| Request::Delete { object: object_id(index) }).collect();
@@ -318,7 +318,7 @@ impl Harness {
             assert!(version > state.version, "delete version {version} after version {}", state.version);
             *state = ObjectState { data: vec![0; state.data.len()], version, exists: false };
         }
-        self.engine().flush_journal();
+        self.engine().write_back_journal();
         let space = self.engine().space();
         assert_eq!(space.used_bytes, 0, "{space:?}");
         assert_eq!(space.free_bytes, space.total_bytes, "{space:?}");
@@ -418,23 +418,23 @@ fn small_write_after_a_delete_in_the_same_record_reserves_a_block() {
         ],
     );
     results.iter().for_each(|result| _ = written(result));
-    engine.flush_journal();
+    engine.write_back_journal();
     let (_, data) = common::read(&mut engine, id, 0, 8192);
     assert_eq!(&data[..4096], &[0; 4096]);
     assert_eq!(&data[4096..], &pattern_buffer(2, id, 1, 1)[..]);
     assert_eq!(engine.space().used_bytes, 16 * 1024);
 }
 
-/// A second small write of a new object sealed while the flusher already turned the first
+/// A second small write of a new object sealed while write-back already turned the first
 /// one's reservation into a block must not reserve another block.
 #[test]
-fn small_write_while_the_flusher_allocates_the_object_reserves_nothing() {
+fn small_write_while_write_back_allocates_the_object_reserves_nothing() {
     let mut engine = small_engine(0, false);
     let id = object_id(0);
     for page in 0..3u32 {
         common::write(&mut engine, id, page * 4096, pattern_buffer(u64::from(page) + 1, id, page, 1));
     }
-    engine.flush_journal();
+    engine.write_back_journal();
     assert_eq!(engine.space().used_bytes, 16 * 1024);
     assert_eq!(engine.space().free_bytes, engine.space().total_bytes - 16 * 1024);
     let (_, data) = common::read(&mut engine, id, 0, 3 * 4096);
@@ -449,15 +449,15 @@ fn small_write_while_the_flusher_allocates_the_object_reserves_nothing() {
     );
 }
 
-/// A read resolved before a small write committed reads the object's block while the flusher
+/// A read resolved before a small write committed reads the object's block while write-back
 /// copies that write into the same block in place, on a disk that completes out of order.
 #[test]
-fn read_in_flight_while_the_flusher_copies_into_its_block() {
+fn read_in_flight_while_write_back_copies_into_its_block() {
     for seed in 0..200 {
         let mut engine = small_engine(seed, true);
         let id = object_id(0);
         common::write(&mut engine, id, 0, pattern_buffer(1, id, 0, 4));
-        engine.flush_journal();
+        engine.write_back_journal();
         let old = pattern_buffer(1, id, 0, 4).to_vec();
         let mut expected = old.clone();
         expected[..4096].copy_from_slice(&pattern_buffer(2, id, 0, 1));
@@ -475,13 +475,13 @@ fn read_in_flight_while_the_flusher_copies_into_its_block() {
                 other => panic!("seed {seed}: {other:?}"),
             }
         }
-        engine.flush_journal();
+        engine.write_back_journal();
         assert_eq!(common::read(&mut engine, id, 0, 16 * 1024).1, expected, "seed {seed}");
     }
 }
 
 /// A whole-object write followed by a small write of the same object, reopened while the
-/// flusher may have copied the small write into the whole-object write's block in place.
+/// write-back job may have copied the small write into the whole-object write's block in place.
 #[test]
 fn reopen_after_a_small_write_was_copied_into_a_whole_object_block() {
     for seed in 0..50 {
@@ -497,7 +497,7 @@ fn reopen_after_a_small_write_was_copied_into_a_whole_object_block() {
         results.iter().for_each(|result| _ = written(result));
         let mut expected = pattern_buffer(1, a, 0, 4).to_vec();
         expected[4096..8192].copy_from_slice(&pattern_buffer(2, a, 1, 1));
-        // Later records, polled a little at a time, so the reopen catches the flusher anywhere.
+        // Later records, polled a little at a time, so the reopen catches write-back anywhere.
         for round in 0..seed % 8 {
             common::write(&mut engine, b, 0, pattern_buffer(10 + round, b, 0, 1));
         }
@@ -513,7 +513,7 @@ fn versions_keep_growing_after_deletes_are_trimmed() {
     let id = object_id(0);
     common::write(&mut engine, id, 0, pattern_buffer(1, id, 0, 1));
     let deleted = written(&common::execute(&mut engine, Request::Delete { object: id }));
-    engine.flush_journal();
+    engine.write_back_journal();
     let mut engine = open(stop(engine));
     let version = common::write(&mut engine, id, 0, pattern_buffer(2, id, 0, 1));
     assert!(version > deleted, "version {version} after the delete's {deleted}");

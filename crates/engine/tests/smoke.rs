@@ -59,15 +59,15 @@ fn write_read_delete_reopen() {
     let mut expected_b = whole.to_vec();
     expected_b[65536..69632].copy_from_slice(&patch);
     assert_eq!(read(&mut engine, b, 0, 128 * 1024).1, expected_b);
-    engine.flush_journal();
-    assert!(engine.is_flushed());
+    engine.write_back_journal();
+    assert!(engine.is_written_back());
     assert_eq!(read(&mut engine, b, 0, 128 * 1024).1, expected_b);
     assert_eq!(&read(&mut engine, a, 0, 16384).1[4096..12288], &small[..]);
     let c = ObjectId { inode: 2, stripe: 9 };
     engine.execute(Request::Write { object: c, offset_bytes: 0, data: pattern(4, 4096) }).unwrap();
     engine.execute(Request::Delete { object: a }).unwrap();
     assert_eq!(read(&mut engine, a, 0, 16384).1, vec![0; 16384]);
-    // Reopen without flushing: the journal replays.
+    // Reopen without writing back: the journal replays.
     let disk = engine.into_disk();
     let mut engine = Engine::open(disk, &EngineOptions::default()).unwrap();
     assert_eq!(read(&mut engine, a, 0, 16384).1, vec![0; 16384]);
@@ -75,7 +75,7 @@ fn write_read_delete_reopen() {
     assert_eq!(read(&mut engine, c, 0, 4096).1, pattern(4, 4096).to_vec());
     let objects: Vec<ObjectId> = engine.list_objects().into_iter().map(|(object, _)| object).collect();
     assert_eq!(objects, vec![b, c]);
-    engine.flush_journal();
+    engine.write_back_journal();
     let disk = engine.into_disk();
     let mut engine = Engine::open(disk, &EngineOptions::default()).unwrap();
     assert_eq!(read(&mut engine, b, 0, 128 * 1024).1, expected_b);

@@ -1,5 +1,5 @@
 //! Caller-chosen versions (what a PG primary and its replicas use): stored as given, refused when
-//! not newer than anything replay could still see, and kept across flushes, crashes and reopens.
+//! not newer than anything replay could still see, and kept across write-back, crashes and reopens.
 
 mod common;
 
@@ -59,10 +59,10 @@ fn versions_are_stored_as_given_and_stale_ones_refused() {
 }
 
 /// Random versioned writes and deletes (re-creating deleted objects with versions below the
-/// delete's whenever the engine allows it), with the flusher at random stages, then a power
+/// delete's whenever the engine allows it), with write-back at random stages, then a power
 /// loss and a reopen: every acknowledged operation is there, nothing else.
 #[test]
-fn versioned_history_survives_flushes_and_crashes() {
+fn versioned_history_survives_write_back_and_crashes() {
     let seeds = common::env_count("BASALT_VERSION_SEEDS", 60);
     for seed in 0..seeds {
         let mut rng = SmallRng::seed_from_u64(seed);
@@ -83,7 +83,7 @@ fn versioned_history_survives_flushes_and_crashes() {
                 let known = engine.object_version(object);
                 let stale = known.is_some_and(|known| known >= version);
                 // The engine may forget a delete's version once replay can no longer see it (the
-                // flusher can get there during the call), but never a live object's.
+                // write-back job can get there during the call), but never a live object's.
                 let live = model.get(&object).map(|state| state.0);
                 let accepted = |stored: u64| stored == version && live.is_none_or(|live| live < version);
                 let pages = (OBJECT_BYTES as usize) / PAGE_BYTES;
@@ -137,9 +137,9 @@ fn versioned_history_survives_flushes_and_crashes() {
                     other => panic!("seed {seed}: {other:?}"),
                 }
                 if rng.gen_ratio(1, 10) {
-                    engine.request_flush();
+                    engine.request_writeback();
                 }
-                // Let the flusher run a little.
+                // Let write-back run a little.
                 let mut out = Vec::new();
                 for _ in 0..rng.gen_range(0..4) {
                     engine.poll(&mut out);
@@ -175,12 +175,12 @@ fn osd_id_is_kept_through_opens_and_journal_trims() {
     assert_eq!(Engine::set_osd_id(&mut disk, 42).expect("claim").osd_id, 42);
     let mut engine = open(disk);
     assert_eq!(engine.superblock().osd_id, 42);
-    // Enough writes and flushes that both superblock copies are rewritten.
+    // Enough writes and write-back jobs that both superblock copies are rewritten.
     for round in 0..4u64 {
         for stripe in 0..20 {
             common::write(&mut engine, ObjectId { inode: round, stripe }, 0, filled(1, PAGE_BYTES));
         }
-        engine.flush_journal();
+        engine.write_back_journal();
     }
     let mut disk = stop(engine);
     disk.crash();

@@ -58,7 +58,7 @@ pub struct OsdConfig {
     pub replica_timeout: Duration,
     /// How long a primary waits to connect to a replica.
     pub connect_timeout: Duration,
-    /// How long a clean shutdown waits for ops in flight, and then for the journal flush.
+    /// How long a clean shutdown waits for ops in flight, and then for the journal's write-back.
     pub shutdown_timeout: Duration,
     /// Submission ring entries of the drive's io_uring.
     pub queue_depth: u32,

@@ -125,10 +125,10 @@ impl EngineIo {
         EngineOp { io: self.clone(), user_data, finished: false }
     }
 
-    /// Asks the flusher to empty the journal and drives the engine until it is idle or
-    /// `timeout` passes. Returns whether the journal is empty.
-    pub(crate) async fn flush_journal(&self, timeout: Duration) -> bool {
-        self.engine.borrow_mut().request_flush();
+    /// Asks the engine's write-back job to empty the journal and drives the engine until it is
+    /// idle or `timeout` passes. Returns whether the journal is empty.
+    pub(crate) async fn write_back_journal(&self, timeout: Duration) -> bool {
+        self.engine.borrow_mut().request_writeback();
         self.kick.notify_one();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
@@ -139,16 +139,16 @@ impl EngineIo {
                     return false;
                 }
                 if engine.is_idle() {
-                    return engine.is_flushed();
+                    return engine.is_written_back();
                 }
             }
-            // Poll now and then even without a signal: the flusher may start without a completion.
+            // Poll now and then even without a signal: write-back may start without a completion.
             let wait = tokio::time::timeout_at(
                 deadline.min(tokio::time::Instant::now() + Duration::from_millis(10)),
                 progressed,
             );
             if wait.await.is_err() && tokio::time::Instant::now() >= deadline {
-                return self.engine.borrow().is_flushed();
+                return self.engine.borrow().is_written_back();
             }
             self.kick.notify_one();
         }

@@ -52,7 +52,7 @@ use crate::registration::Identity;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
     /// Stop accepting, finish the ops in flight, revoke the lease (deleting the liveness key),
-    /// flush the journal.
+    /// write the journal back.
     Graceful,
     /// Stop at once, as a crash would: the liveness key stays until its lease expires.
     Abort,
@@ -278,7 +278,7 @@ async fn daemon(
     liveness.revoke(remaining().max(Duration::from_millis(500))).await;
     osd.peers.close_all();
     drop(watcher);
-    if !engine.flush_journal(remaining().max(Duration::from_millis(500))).await {
+    if !engine.write_back_journal(remaining().max(Duration::from_millis(500))).await {
         tracing::warn!(osd = id, "the journal was not emptied at shutdown; the next start replays it");
     }
     driver.abort();

@@ -87,7 +87,7 @@ fn replicated_writes_are_on_every_member_and_read_back() {
     cluster.stop(1, Stop::Graceful);
     let disk = UringDisk::open(&cluster.dir.path().join("o1"), UringOptions::default()).unwrap();
     let engine = Engine::open(disk, &EngineOptions::default()).unwrap();
-    assert!(engine.is_flushed(), "the journal still holds records after a clean stop");
+    assert!(engine.is_written_back(), "the journal still holds records after a clean stop");
     assert_eq!(engine.object_version(engine::ObjectId { inode: INODE, stripe }), Some(version));
     assert_eq!(engine.superblock().osd_id, 1);
 }

@@ -163,7 +163,7 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     global.say("stopping");
     tokio::task::spawn_blocking(move || gateway.stop()).await?;
-    // OSDs stop in parallel: each finishes its ops, revokes its lease and flushes its journal.
+    // OSDs stop in parallel: each finishes its ops, revokes its lease and writes its journal back.
     let stopping: Vec<_> =
         osds.into_iter().map(|osd| tokio::task::spawn_blocking(move || osd.stop(osd::Stop::Graceful))).collect();
     for stop in stopping {

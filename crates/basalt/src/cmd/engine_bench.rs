@@ -17,8 +17,8 @@
 //!    the completion loop, each request handed to the kernel as it is issued, as fio does) for
 //!    a 1 s ramp plus `--runtime` seconds; only I/Os issued after the
 //!    ramp and completed before the end count. A 1 MiB I/O is 1 MiB / object size whole-object
-//!    requests issued together, complete when all are. The journal is flushed, untimed, after
-//!    each workload so the next starts clean.
+//!    requests issued together, complete when all are. The journal is written back, untimed,
+//!    after each workload so the next starts clean.
 //!
 //! A write completes only when it is durable (the engine's contract), so the engine's
 //! `randwrite-4k-qd1` does what fio's `randwrite-4k-qd1-fsync` does on a plain file.
@@ -46,7 +46,7 @@ const BENCH_INODE: u64 = 1;
 /// Share of the data blocks the region uses, in percent.
 const REGION_PERCENT: u64 = 90;
 const PRECONDITION_QUEUE_DEPTH: usize = 16;
-/// Ring entries: room for the deepest workload's requests plus the flusher's.
+/// Ring entries: room for the deepest workload's requests plus write-back's.
 const RING_QUEUE_DEPTH: u32 = 512;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +144,7 @@ pub struct Args {
     pub object_size_bytes: u64,
     /// Journal size to format with [default: 1/16 of the device, between 16M and 256M]. The
     /// region stays 90% of the data blocks, so grow --size by what the journal grows. A
-    /// journal that holds a whole run's writes keeps the flusher idle during it: the run then
+    /// journal that holds a whole run's writes keeps write-back idle during it: the run then
     /// measures the journal path alone, not the sustained rate.
     #[arg(long = "journal-size", value_name = "SIZE", value_parser = parse_bytes)]
     pub journal_size_bytes: Option<u64>,
@@ -254,7 +254,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
         |_, _| Ok(()),
     )
     .with_context(|| format!("preconditioning {} failed", path.display()))?;
-    flush_journal(&mut engine, path)?;
+    write_back_journal(&mut engine, path)?;
     global.say(format_args!(
         "preconditioned {} in {:.1} s (untimed)",
         format_bytes(region.size_bytes()),
@@ -269,11 +269,11 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
         let before = engine.stats();
         let outcome = run_workload(&mut engine, &workload, region, ramp, runtime, &mut rng, &template)
             .with_context(|| format!("workload {} on {} failed", workload.name, path.display()))?;
-        flush_journal(&mut engine, path)?;
+        write_back_journal(&mut engine, path)?;
         let after = engine.stats();
-        // What the engine did for the workload (ramp and final journal flush included).
+        // What the engine did for the workload (ramp and final journal write-back included).
         global.say(format_args!(
-            "{}: {} records of {:.1} entries, {} out of order, {} journal-full waits; flusher: {} jobs, \
+            "{}: {} records of {:.1} entries, {} out of order, {} journal-full waits; write-back: {} jobs, \
              {} pages in {} writes, {} metadata pages in {} writes, {} MiB read back, {} flushes",
             workload.name,
             after.records_written - before.records_written,
@@ -281,13 +281,13 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
                 / (after.records_written - before.records_written).max(1) as f64,
             after.records_completed_out_of_order - before.records_completed_out_of_order,
             after.journal_full_waits - before.journal_full_waits,
-            after.flusher_jobs - before.flusher_jobs,
-            after.flusher_pages_copied - before.flusher_pages_copied,
-            after.flusher_copy_writes - before.flusher_copy_writes,
-            after.flusher_meta_pages_written - before.flusher_meta_pages_written,
-            after.flusher_meta_writes - before.flusher_meta_writes,
-            (after.flusher_journal_read_bytes - before.flusher_journal_read_bytes) >> 20,
-            after.flusher_barriers - before.flusher_barriers,
+            after.writeback_jobs - before.writeback_jobs,
+            after.writeback_pages_copied - before.writeback_pages_copied,
+            after.writeback_copy_writes - before.writeback_copy_writes,
+            after.writeback_meta_pages_written - before.writeback_meta_pages_written,
+            after.writeback_meta_writes - before.writeback_meta_writes,
+            (after.writeback_journal_read_bytes - before.writeback_journal_read_bytes) >> 20,
+            after.writeback_barriers - before.writeback_barriers,
         ));
         if args.json {
             global.say(format_args!("{}: cpu {:.2} s", workload.name, outcome.cpu_s));
@@ -335,8 +335,8 @@ fn select_workloads(names: &[String]) -> anyhow::Result<Vec<Workload>> {
     Ok(selected)
 }
 
-fn flush_journal(engine: &mut Engine<UringDisk>, path: &Path) -> anyhow::Result<()> {
-    engine.flush_journal();
+fn write_back_journal(engine: &mut Engine<UringDisk>, path: &Path) -> anyhow::Result<()> {
+    engine.write_back_journal();
     match engine.poisoned() {
         Some(reason) => bail!("the engine at {} stopped after a failed write: {reason}", path.display()),
         None => Ok(()),

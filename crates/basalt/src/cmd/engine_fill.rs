@@ -1,5 +1,5 @@
 //! `basalt engine fill`: writes N distinct objects into an existing engine as fast as it takes
-//! them, then flushes the journal so every object is in the metadata area.
+//! them, then writes the journal back so every object is in the metadata area.
 //!
 //! Followed by `basalt osd info`, this measures the index RAM per object and the open time at a
 //! given object count (ADR 0003 budgets them at one million objects).
@@ -85,15 +85,15 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
         },
     )?;
     let write_time_s = started.elapsed().as_secs_f64();
-    let flush_started = Instant::now();
-    engine.flush_journal();
+    let writeback_started = Instant::now();
+    engine.write_back_journal();
     if let Some(reason) = engine.poisoned() {
-        bail!("the engine at {} failed while flushing its journal: {reason}", path.display());
+        bail!("the engine at {} failed while writing its journal back: {reason}", path.display());
     }
-    let flush_time_s = flush_started.elapsed().as_secs_f64();
+    let writeback_time_s = writeback_started.elapsed().as_secs_f64();
     let space = engine.space();
     println!(
-        "wrote {} objects of {} in {write_time_s:.2} s ({:.0} objects/s), journal flushed in {flush_time_s:.2} s",
+        "wrote {} objects of {} in {write_time_s:.2} s ({:.0} objects/s), journal written back in {writeback_time_s:.2} s",
         args.object_count,
         format_bytes(args.object_bytes),
         args.object_count as f64 / write_time_s.max(1e-9),

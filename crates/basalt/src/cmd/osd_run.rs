@@ -1,6 +1,6 @@
 //! `basalt osd --etcd URL --data PATH --listen ADDR`: runs the OSD daemon on one drive until
 //! SIGINT or SIGTERM, then stops cleanly (ops finish, the liveness key goes, the journal is
-//! flushed).
+//! written back).
 //!
 //! The drive must have been formatted by `basalt osd init`. The first start allocates the OSD's
 //! id and records it in the drive's superblock; later starts keep it.

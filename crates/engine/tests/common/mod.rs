@@ -37,7 +37,7 @@ pub fn sim_disk(options: SimDiskOptions) -> SimDisk {
 
 /// A small metadata cache, so cache misses and evictions happen in tests too; small journal
 /// records, so a batch of writes goes out as several records in flight at once; and room for
-/// only a few records' data in RAM, so the flusher copies some pages from RAM and reads the
+/// only a few records' data in RAM, so the write-back job copies some pages from RAM and reads the
 /// others back from the journal.
 pub fn engine_options() -> EngineOptions {
     EngineOptions {
