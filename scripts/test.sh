@@ -8,10 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the tests drive. Installed only when missing, so reruns are fast.
-# etcd-server: the etcd the tests start; protobuf-compiler and libprotobuf-dev: etcd-client generates its gRPC code at build time;
+# etcd-server: the etcd the tests start (building needs no protoc: scripts/check-no-protoc.sh);
 # iproute2: the network namespaces of the multi-process tests; libnbd-bin, python3-libnbd, nbdkit, qemu-utils: the real NBD clients of the gateway tests;
 # fuse3, e2fsprogs, postgresql: PostgreSQL on ext4 on a volume through nbdfuse and a loop device (../shared/rig/pgbench-on-nbd.sh).
-packages=(fio jq util-linux iproute2 etcd-server protobuf-compiler libprotobuf-dev libnbd-bin python3-libnbd nbdkit qemu-utils fuse3 e2fsprogs postgresql)
+packages=(fio jq util-linux iproute2 etcd-server libnbd-bin python3-libnbd nbdkit qemu-utils fuse3 e2fsprogs postgresql)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
@@ -39,6 +39,8 @@ trap 'rm -f "$log"' EXIT
 cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 echo "test.sh: fuzz smoke"
 scripts/fuzz-smoke.sh "${BASALT_FUZZ_SECONDS:-20}"
+echo "test.sh: build with no protoc"
+scripts/check-no-protoc.sh
 
 # One closing line over every test binary, for readers of the log's last line.
 passed=$(awk '/^test result: /{for(i=1;i<=NF;i++) if($(i+1)~/^passed/) s+=$i} END{print s+0}' "$log")

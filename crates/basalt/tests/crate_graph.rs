@@ -16,7 +16,7 @@ use serde_json::Value;
 const DETERMINISTIC: &[&str] = &["engine", "placement", "wire", "cluster", "platform"];
 
 /// Crates the deterministic ones must not reach, by normal or build dependencies.
-const EDGE: &[&str] = &["tokio", "io-uring", "etcd-client", "tonic", "prost", "axum", "hyper", "mio"];
+const EDGE: &[&str] = &["tokio", "io-uring", "tonic", "prost", "axum", "hyper", "mio"];
 
 struct Graph {
     /// Package id to name, for the workspace members and everything they pull in.
