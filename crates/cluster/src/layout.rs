@@ -32,13 +32,20 @@ fn mix(mut x: u64) -> u64 {
 /// Versions grow per object, and two primaries of different epochs can never mint the same
 /// version: the epoch sits in the high bits, so the first write under a newer epoch jumps
 /// above everything an older primary could have minted (as long as one epoch writes one object
-/// fewer than 2^40 times).
+/// fewer than 2^40 times). A version is minted only in its epoch's range, which no primary
+/// leaves: one that did could mint a version a later epoch's primary mints too.
 pub fn mint_version(epoch: u64, current: Option<u64>) -> u64 {
+    assert!(epoch >> (u64::BITS - VERSION_COUNTER_BITS) == 0, "pg epoch {epoch} does not fit in a version");
     let floor = epoch << VERSION_COUNTER_BITS;
-    match current {
+    let version = match current {
         Some(current) => (current + 1).max(floor),
         None => floor.max(1),
-    }
+    };
+    assert!(
+        version >> VERSION_COUNTER_BITS == epoch,
+        "version {version:#x} minted after {current:#x?} is outside the range of epoch {epoch}"
+    );
+    version
 }
 
 /// One object's share of a volume request.
@@ -101,7 +108,18 @@ mod tests {
         assert_eq!(mint_version(3, None), 3 << 40);
         assert_eq!(mint_version(3, Some(3 << 40)), (3 << 40) + 1);
         assert_eq!(mint_version(4, Some((3 << 40) + 99)), 4 << 40);
-        assert_eq!(mint_version(3, Some(5 << 40)), (5 << 40) + 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the range of epoch 3")]
+    fn a_version_of_a_later_epoch_is_never_minted_on() {
+        mint_version(3, Some(5 << 40));
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the range of epoch 3")]
+    fn an_epoch_never_overflows_into_the_next() {
+        mint_version(3, Some((4 << 40) - 1));
     }
 
     #[test]

@@ -54,9 +54,9 @@ pub struct OsdConfig {
     pub spin: Duration,
     /// How long an op carrying a newer PG epoch than this OSD's waits for the map to catch up.
     pub epoch_wait: Duration,
-    /// How long a primary waits for a replica's reply before failing the op with `Busy`.
-    pub replica_timeout: Duration,
-    /// How long a primary waits to connect to a replica.
+    /// How long a primary waits for a secondary's reply before failing the op with `Busy`.
+    pub secondary_timeout: Duration,
+    /// How long a primary waits to connect to a secondary.
     pub connect_timeout: Duration,
     /// How long a clean shutdown waits for ops in flight, and then for the journal's write-back.
     pub shutdown_timeout: Duration,
@@ -80,7 +80,7 @@ impl OsdConfig {
             lease_ttl: Duration::from_secs(10),
             spin: Duration::ZERO,
             epoch_wait: Duration::from_millis(1500),
-            replica_timeout: Duration::from_secs(5),
+            secondary_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             shutdown_timeout: Duration::from_secs(3),
             queue_depth: 256,

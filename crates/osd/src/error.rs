@@ -1,5 +1,5 @@
 //! `OsdError`: why an OSD could not start or had to stop. Per-op failures are statuses on the
-//! wire (`ops.rs`), never errors of the daemon.
+//! wire (`ops/`), never errors of the daemon.
 
 use std::path::PathBuf;
 

@@ -1,5 +1,5 @@
 //! The Basalt OSD daemon: one drive's engine on one thread, serving the wire protocol as the
-//! primary and as a replica of PGs, registered and kept alive in the metadata store.
+//! primary and as a secondary of PGs, registered and kept alive in the metadata store.
 //!
 //! One OSD is one thread running a tokio `current_thread` runtime. The engine, the sockets and
 //! the metadata client all live on it: a request runs to completion on that thread, disk
@@ -9,7 +9,7 @@
 //!
 //! - `registration.rs`: the OSD id and the `/basalt/osd/<id>` record.
 //! - `liveness.rs`: the leased liveness key, renewal, and fencing.
-//! - `ops.rs`: the ops, primary and replica; `locks.rs`: per-object queues.
+//! - `ops/`: the ops, by role: `admission.rs` (may this OSD serve it: pure), `primary.rs`, `secondary.rs`, `connection.rs` (Flush order); `locks.rs`: per-object queues.
 //! - `peers.rs`: connections to the other members of a PG; `server.rs`: the listener.
 //!
 //! `docs/design/osd.md` describes the behaviour: ops, epochs, versions, fencing, threading.
@@ -230,7 +230,7 @@ async fn daemon(
         id,
         engine.clone(),
         liveness.clone(),
-        Peers::new(config.connect_timeout, config.replica_timeout),
+        Peers::new(config.connect_timeout, config.secondary_timeout),
         watcher.subscribe(),
         config.epoch_wait,
     ));

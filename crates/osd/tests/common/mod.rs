@@ -97,7 +97,7 @@ impl Cluster {
         config.host = Some(format!("host{index}"));
         config.lease_ttl = Duration::from_secs(2);
         config.epoch_wait = Duration::from_millis(300);
-        config.replica_timeout = Duration::from_secs(2);
+        config.secondary_timeout = Duration::from_secs(2);
         config.connect_timeout = Duration::from_millis(500);
         // `BASALT_OSD_SPIN_US=N` runs the tests (and the qd1 measurement) with a spin.
         let spin_us = std::env::var("BASALT_OSD_SPIN_US").ok().and_then(|text| text.parse().ok()).unwrap_or(0);

@@ -1,0 +1,354 @@
+//! The ops: what the OSD does with each request (`docs/design/osd.md` has the rules;
+//! `docs/design/wire-protocol.md` the bytes).
+//!
+//! Split by role, as the request's opcode decides it: `admission` decides, with no I/O, whether
+//! this OSD may serve a request at all; `primary` serves clients' reads and writes and
+//! replicates the writes; `secondary` applies what a primary sends; this file dispatches and
+//! serves the ops that address no PG's data (ObjectInfo, Flush, Ping, Space).
+
+mod admission;
+mod connection;
+mod primary;
+mod secondary;
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cluster::ClusterMap;
+use engine::{AlignedBuffer, EngineError, ObjectId, Reply, Request as EngineRequest};
+use tokio::sync::{watch, Notify};
+use wire::{Body, Frame, Opcode, PgId, Request, Response, Status};
+
+use self::admission::{Admitted, Decision, PgView, Role};
+pub(crate) use self::connection::{ConnectionState, Ticket};
+use self::primary::Mutation;
+use crate::engine_io::EngineIo;
+use crate::liveness::Liveness;
+use crate::locks::ObjectLocks;
+use crate::peers::Peers;
+
+/// Why an op failed; [`OpError::status`] decides what the requester sees. Every variant that
+/// answers `Busy` is a condition the requester outlives by retrying.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpError {
+    #[error("not the primary of the pg (its primary is {primary:?})")]
+    NotPrimary { primary: Option<u32> },
+    #[error("request epoch {theirs} differs from this osd's {ours}")]
+    WrongEpoch { ours: u64, theirs: u64 },
+    #[error("request epoch {theirs} is ahead of this osd's {ours} and the map did not catch up")]
+    EpochAhead { ours: u64, theirs: u64 },
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("out of range: {0}")]
+    OutOfRange(String),
+    #[error("no such object")]
+    NoSuchObject,
+    #[error("the osd is shutting down")]
+    ShuttingDown,
+    #[error("the osd's lease is not current")]
+    LeaseNotCurrent,
+    #[error("pg {}.{} has {members} members, fewer than min_size {min_size}", pg.pool, pg.pg)]
+    TooFewMembers { pg: PgId, members: usize, min_size: u8 },
+    #[error("member osd.{osd} is down")]
+    MemberDown { osd: u32 },
+    #[error("secondary osd.{osd}: {reason}")]
+    SecondaryUnreachable { osd: u32, reason: String },
+    #[error("secondary osd.{osd} is at epoch {theirs} of the pg, this osd at {ours}")]
+    SecondaryAtOtherEpoch { osd: u32, theirs: u64, ours: u64 },
+    #[error("secondary osd.{osd} failed the op with {status}")]
+    SecondaryFailed { osd: u32, status: Status },
+    #[error("secondary osd.{osd} answered with an unexpected {opcode}")]
+    SecondaryAnsweredOther { osd: u32, opcode: Opcode },
+    #[error("object {object} is at version {current:#x}, newer than {version:#x}")]
+    NewerVersionHeld { object: ObjectId, version: u64, current: u64 },
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
+}
+
+impl OpError {
+    pub(crate) fn status(&self) -> Status {
+        match self {
+            OpError::NotPrimary { .. } => Status::NotPrimary,
+            OpError::WrongEpoch { .. } => Status::WrongEpoch,
+            OpError::InvalidArgument(_) => Status::InvalidArgument,
+            OpError::OutOfRange(_) => Status::OutOfRange,
+            OpError::NoSuchObject => Status::NoSuchObject,
+            OpError::Engine(error) => engine_status(error),
+            // A secondary's lack of space or failed drive is the write's; anything else it
+            // answers is a state the write outlives by retrying.
+            OpError::SecondaryFailed {
+                status: status @ (Status::NoSpace | Status::Corrupt | Status::IoError), ..
+            } => *status,
+            OpError::EpochAhead { .. }
+            | OpError::ShuttingDown
+            | OpError::LeaseNotCurrent
+            | OpError::TooFewMembers { .. }
+            | OpError::MemberDown { .. }
+            | OpError::SecondaryUnreachable { .. }
+            | OpError::SecondaryAtOtherEpoch { .. }
+            | OpError::SecondaryFailed { .. }
+            | OpError::SecondaryAnsweredOther { .. }
+            | OpError::NewerVersionHeld { .. } => Status::Busy,
+        }
+    }
+}
+
+/// The status of an engine error.
+pub(crate) fn engine_status(error: &EngineError) -> Status {
+    match error {
+        EngineError::InvalidArgument { .. } => Status::InvalidArgument,
+        EngineError::OutOfRange { .. } => Status::OutOfRange,
+        EngineError::NoSpace { .. } => Status::NoSpace,
+        EngineError::Corrupt { .. } | EngineError::MetaCorrupt { .. } => Status::Corrupt,
+        // A version race the requester resolves by retrying with a fresh version.
+        EngineError::StaleVersion { .. } => Status::Busy,
+        EngineError::Disk(_) | EngineError::Poisoned { .. } => Status::IoError,
+    }
+}
+
+/// The OSD's state on its thread.
+pub(crate) struct Osd {
+    pub(crate) id: u32,
+    pub(crate) engine: Rc<EngineIo>,
+    pub(crate) liveness: Rc<Liveness>,
+    pub(crate) peers: Peers,
+    object_size_bytes: u32,
+    map: watch::Receiver<Arc<ClusterMap>>,
+    locks: ObjectLocks,
+    epoch_wait: Duration,
+    ops_in_flight: Cell<usize>,
+    ops_idle: Notify,
+    stopping: Cell<bool>,
+}
+
+/// Counts an op in flight, for the shutdown's wait.
+struct OpGuard<'a> {
+    osd: &'a Osd,
+}
+
+impl Drop for OpGuard<'_> {
+    fn drop(&mut self) {
+        let count = self.osd.ops_in_flight.get() - 1;
+        self.osd.ops_in_flight.set(count);
+        if count == 0 {
+            self.osd.ops_idle.notify_waiters();
+        }
+    }
+}
+
+impl Osd {
+    pub(crate) fn new(
+        id: u32,
+        engine: Rc<EngineIo>,
+        liveness: Rc<Liveness>,
+        peers: Peers,
+        map: watch::Receiver<Arc<ClusterMap>>,
+        epoch_wait: Duration,
+    ) -> Osd {
+        let object_size_bytes = engine.with(|engine| engine.object_size_bytes());
+        Osd {
+            id,
+            engine,
+            liveness,
+            peers,
+            object_size_bytes,
+            map,
+            locks: ObjectLocks::default(),
+            epoch_wait,
+            ops_in_flight: Cell::new(0),
+            ops_idle: Notify::new(),
+            stopping: Cell::new(false),
+        }
+    }
+
+    /// Refuses new ops from now on and waits until those in flight have replied, or `timeout`.
+    /// Returns how many are still in flight.
+    pub(crate) async fn stop_ops(&self, timeout: Duration) -> usize {
+        self.stopping.set(true);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let idle = self.ops_idle.notified();
+            if self.ops_in_flight.get() == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.ops_in_flight.get();
+            }
+        }
+    }
+
+    /// Serves one request frame and returns its reply frame.
+    pub(crate) async fn handle(&self, frame: Frame, connection: &ConnectionState, ticket: Ticket<'_>) -> Frame {
+        let request_id = frame.request_id;
+        let request_epoch = frame.epoch;
+        let Body::Request(request) = frame.body else {
+            unreachable!("the connection hands only requests to the handler");
+        };
+        let opcode = request.opcode();
+        let pg = request.pg();
+        self.ops_in_flight.set(self.ops_in_flight.get() + 1);
+        let _op = OpGuard { osd: self };
+        self.engine.note_activity();
+        let result = if self.stopping.get() && opcode != Opcode::Ping {
+            Err(OpError::ShuttingDown)
+        } else {
+            self.execute(request_epoch, request, connection, ticket).await
+        };
+        let epoch = pg.map_or(0, |pg| self.current_epoch(pg));
+        self.engine.note_activity();
+        match result {
+            Ok(response) => Frame::response(request_id, epoch, response),
+            Err(error) => {
+                let status = error.status();
+                match status {
+                    Status::Corrupt | Status::IoError | Status::NoSpace => {
+                        tracing::warn!(osd = self.id, request_id, %opcode, ?pg, %error, "op failed")
+                    }
+                    _ => tracing::debug!(osd = self.id, request_id, %opcode, ?pg, %error, "op failed"),
+                }
+                Frame::response(request_id, epoch, Response::Failed { opcode, status })
+            }
+        }
+    }
+
+    /// Admits the request, then hands it to its role's path.
+    async fn execute(
+        &self,
+        epoch: u64,
+        request: Request,
+        connection: &ConnectionState,
+        ticket: Ticket<'_>,
+    ) -> Result<Response, OpError> {
+        let (admitted, pg_count) = self.admit(epoch, &request).await?;
+        let object = || admitted.object.expect("admission located the object");
+        match request {
+            Request::Read { pg, length_bytes, .. } => {
+                let (object, offset) = object();
+                self.primary_read(pg, epoch, object, offset, length_bytes).await
+            }
+            Request::Stat { pg, .. } => self.primary_stat(pg, epoch, object().0).await,
+            Request::Write { pg, data, .. } => {
+                let (object, offset_bytes) = object();
+                self.replicate(pg, epoch, object, Mutation::Write { offset_bytes, data }).await?;
+                drop(ticket);
+                Ok(Response::Write)
+            }
+            Request::WriteZeroes { pg, length_bytes, .. } => {
+                let (object, offset) = object();
+                self.replicate(pg, epoch, object, Mutation::zeros(offset, length_bytes)).await?;
+                drop(ticket);
+                Ok(Response::WriteZeroes)
+            }
+            Request::Trim { pg, length_bytes, .. } => {
+                let (object, offset) = object();
+                self.replicate(pg, epoch, object, self.trim_mutation(offset, length_bytes)).await?;
+                drop(ticket);
+                Ok(Response::Trim)
+            }
+            Request::SecWrite { version, data, .. } => {
+                let (object, offset) = object();
+                self.sec_write(object, version, offset, &data).await
+            }
+            Request::SecDelete { version, .. } => self.sec_delete(object().0, version).await,
+            Request::SecRead { length_bytes, .. } => {
+                let (object, offset) = object();
+                self.sec_read(object, offset, length_bytes).await
+            }
+            Request::SecList { pg, start, count_max } => Ok(self.sec_list(pg.pg, pg_count, start, count_max)),
+            Request::ObjectInfo { .. } => self.object_info(object().0).await,
+            Request::Flush => {
+                if let Ticket::Flush { upto } = ticket {
+                    connection.writes_before(upto).await;
+                }
+                Ok(Response::Flush)
+            }
+            Request::Ping => Ok(Response::Ping),
+            Request::Space => {
+                let space = self.engine.with(|engine| engine.space());
+                Ok(Response::Space {
+                    used_bytes: space.used_bytes,
+                    total_bytes: space.total_bytes,
+                    object_count: space.object_count,
+                })
+            }
+        }
+    }
+
+    /// Admission on the current map; a request ahead of it waits up to `epoch_wait` for the
+    /// map to catch up. Returns what admission found and the PG's pool's PG count.
+    async fn admit(&self, epoch: u64, request: &Request) -> Result<(Admitted, u32), OpError> {
+        let deadline = tokio::time::Instant::now() + self.epoch_wait;
+        let mut receiver = self.map.clone();
+        loop {
+            let map = receiver.borrow_and_update().clone();
+            let view = request.pg().and_then(|pg| PgView::lookup(&map, pg));
+            let osd = admission::Osd {
+                id: self.id,
+                object_size_bytes: self.object_size_bytes,
+                may_serve: self.liveness.may_serve(),
+            };
+            match admission::admit(view, osd, epoch, request) {
+                Decision::Admit(admitted) => return Ok((admitted, view.map_or(0, |view| view.pg_count))),
+                Decision::Refuse(error) => return Err(error),
+                Decision::WaitForMap => {}
+            }
+            let changed = tokio::time::timeout_at(deadline, receiver.changed()).await;
+            if !matches!(changed, Ok(Ok(()))) {
+                let pg = request.pg().expect("only requests addressing a pg wait for the map");
+                let map = receiver.borrow().clone();
+                return Err(admission::map_behind(PgView::lookup(&map, pg), Role::of(request), pg, epoch));
+            }
+        }
+    }
+
+    /// The PG's epoch in the current map (zero if it does not exist).
+    fn current_epoch(&self, pg: PgId) -> u64 {
+        let map = self.map.borrow();
+        map.pg_tables.get(&pg.pool).and_then(|table| table.pgs.get(pg.pg as usize)).map_or(0, |(epoch, _)| *epoch)
+    }
+
+    fn fence(&self) -> Result<(), OpError> {
+        if self.liveness.may_serve() {
+            Ok(())
+        } else {
+            Err(OpError::LeaseNotCurrent)
+        }
+    }
+
+    /// The version and crc32c of a whole object (unwritten ranges read as zeros).
+    async fn object_info(&self, object: ObjectId) -> Result<Response, OpError> {
+        let _object = self.locks.read(object).await;
+        if !self.object_exists(object) {
+            return Err(OpError::NoSuchObject);
+        }
+        let (version, data) = self.read(object, 0, self.object_size_bytes).await?;
+        Ok(Response::ObjectInfo { version, data_crc32c: crc32c::crc32c(&data) })
+    }
+
+    fn object_exists(&self, object: ObjectId) -> bool {
+        self.engine.with(|engine| engine.object_exists(object))
+    }
+
+    async fn read(&self, object: ObjectId, offset_bytes: u32, length_bytes: u32) -> Result<(u64, Bytes), OpError> {
+        match self.engine.submit(EngineRequest::Read { object, offset_bytes, length_bytes }).await? {
+            Reply::Read { version, data } => Ok((version, Bytes::from_owner(BufferBytes(data)))),
+            other => unreachable!("the engine answered a read with {other:?}"),
+        }
+    }
+}
+
+fn wire_object(object: ObjectId) -> wire::ObjectId {
+    wire::ObjectId { inode: object.inode, stripe: object.stripe }
+}
+
+/// Lends an engine buffer to `Bytes` without copying it.
+struct BufferBytes(AlignedBuffer);
+
+impl AsRef<[u8]> for BufferBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}

@@ -1,0 +1,148 @@
+//! The primary's ops: clients' reads and writes of a PG's objects. Admission has checked the
+//! epoch, the role, the range and the lease.
+//!
+//! A write takes the object's queue (`locks.rs`), mints the version from the PG epoch and the
+//! engine's newest version of the object, writes locally and sends the same version to every
+//! other member in parallel, and acknowledges only when all of them have it durable.
+
+use bytes::Bytes;
+use cluster::mint_version;
+use engine::{AlignedBuffer, ObjectId, Request as EngineRequest};
+use wire::{Opcode, PgId, Request, Response, Status};
+
+use super::admission::{self, PgView};
+use super::{wire_object, OpError, Osd};
+use crate::limits::OBJECT_SIZE_MAX_BYTES;
+
+/// Zeros for WriteZeroes and partial Trims, sliced without allocating.
+static ZEROS: [u8; OBJECT_SIZE_MAX_BYTES] = [0; OBJECT_SIZE_MAX_BYTES];
+
+/// A change to one object, as the primary sends it to every member.
+pub(super) enum Mutation {
+    Write { offset_bytes: u32, data: Bytes },
+    Delete,
+}
+
+impl Mutation {
+    /// Zeros over `length_bytes` at `offset_bytes`.
+    pub(super) fn zeros(offset_bytes: u32, length_bytes: u32) -> Mutation {
+        Mutation::Write { offset_bytes, data: Bytes::from_static(&ZEROS[..length_bytes as usize]) }
+    }
+}
+
+impl Osd {
+    pub(super) async fn primary_read(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        object: ObjectId,
+        offset_bytes: u32,
+        length_bytes: u32,
+    ) -> Result<Response, OpError> {
+        let _object = self.locks.read(object).await;
+        self.still_primary(pg, epoch)?;
+        let data = self.read(object, offset_bytes, length_bytes).await?.1;
+        Ok(Response::Read { data })
+    }
+
+    pub(super) async fn primary_stat(&self, pg: PgId, epoch: u64, object: ObjectId) -> Result<Response, OpError> {
+        let _object = self.locks.read(object).await;
+        self.still_primary(pg, epoch)?;
+        if !self.object_exists(object) {
+            return Err(OpError::NoSuchObject);
+        }
+        let version = self.engine.with(|engine| engine.object_version(object)).unwrap_or(0);
+        Ok(Response::Stat { version })
+    }
+
+    /// A Trim of a whole object deletes it; of part of one, writes zeros.
+    pub(super) fn trim_mutation(&self, offset_bytes: u32, length_bytes: u32) -> Mutation {
+        if offset_bytes == 0 && length_bytes == self.object_size_bytes {
+            Mutation::Delete
+        } else {
+            Mutation::zeros(offset_bytes, length_bytes)
+        }
+    }
+
+    /// After a wait (for the object's queue), the map may have moved on.
+    fn still_primary(&self, pg: PgId, epoch: u64) -> Result<(), OpError> {
+        let map = self.map.borrow().clone();
+        admission::still_primary(PgView::lookup(&map, pg), self.id, epoch)
+    }
+
+    /// The write path: queue on the object, mint the version, write everywhere, and succeed
+    /// only if every member of the PG has it durable.
+    pub(super) async fn replicate(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        object: ObjectId,
+        mutation: Mutation,
+    ) -> Result<(), OpError> {
+        let _object = self.locks.write(object).await;
+        let map = self.map.borrow().clone();
+        let view = PgView::lookup(&map, pg);
+        admission::still_primary(view, self.id, epoch)?;
+        let view = view.expect("still_primary found the pg");
+        let members = view.members;
+        if members.len() < usize::from(view.min_size.max(1)) {
+            return Err(OpError::TooFewMembers { pg, members: members.len(), min_size: view.min_size });
+        }
+        let mut secondaries = Vec::with_capacity(members.len() - 1);
+        for &osd in &members[1..] {
+            let address = map.address(osd).ok_or(OpError::MemberDown { osd })?;
+            secondaries.push((osd, address));
+        }
+        let known = self.engine.with(|engine| engine.object_version(object));
+        if matches!(mutation, Mutation::Delete) && known.is_none() {
+            // Never written here, so nowhere in the PG (members hold the same objects).
+            return Ok(());
+        }
+        let version = mint_version(epoch, known);
+        let deleting = matches!(mutation, Mutation::Delete);
+        let wire_object = wire_object(object);
+        let (local, remote) = match mutation {
+            Mutation::Write { offset_bytes, data } => (
+                EngineRequest::WriteVersioned { object, offset_bytes, data: AlignedBuffer::from_slice(&data), version },
+                Request::SecWrite { pg, object: wire_object, version, offset_bytes, data },
+            ),
+            Mutation::Delete => (
+                EngineRequest::DeleteVersioned { object, version },
+                Request::SecDelete { pg, object: wire_object, version },
+            ),
+        };
+        // Queued locally first; the sends go out while the local request waits for the next
+        // engine poll, which comes once this task yields.
+        let local = self.engine.submit(local);
+        let remotes = secondaries.iter().map(|(osd, address)| self.peers.call(*osd, address, epoch, remote.clone()));
+        let (local, remotes) = futures_util::future::join(local, futures_util::future::join_all(remotes)).await;
+        local?;
+        // The object's queue kept every other write out: what the engine holds now is what this
+        // op minted, and the version every secondary was sent (a delete's version stays until
+        // write-back forgets the object).
+        let held = self.engine.with(|engine| engine.object_version(object));
+        assert!(
+            held == Some(version) || (deleting && held.is_none()),
+            "object {object} changed under its write queue: minted {version:#x}, the engine holds {held:#x?}"
+        );
+        for ((osd, _), result) in secondaries.iter().zip(remotes) {
+            secondary_outcome(*osd, epoch, result)?;
+        }
+        // Nothing is acknowledged once the lease may have run out, even if it is durable.
+        self.fence()
+    }
+}
+
+/// What a secondary's reply to a SecWrite or SecDelete means for the write.
+fn secondary_outcome(osd: u32, epoch: u64, result: Result<net::Reply, String>) -> Result<(), OpError> {
+    let reply = result.map_err(|reason| OpError::SecondaryUnreachable { osd, reason })?;
+    match reply.response {
+        Response::SecWrite | Response::SecDelete => Ok(()),
+        Response::Failed { status: Status::NoSuchObject, opcode: Opcode::SecDelete } => Ok(()),
+        Response::Failed { status: Status::WrongEpoch, .. } => {
+            Err(OpError::SecondaryAtOtherEpoch { osd, theirs: reply.epoch, ours: epoch })
+        }
+        Response::Failed { status, .. } => Err(OpError::SecondaryFailed { osd, status }),
+        other => Err(OpError::SecondaryAnsweredOther { osd, opcode: other.opcode() }),
+    }
+}
