@@ -1,6 +1,6 @@
 //! `Connection`: the requesting side of one TCP connection, shared by many tasks.
 //!
-//! A call takes a slot of the connection's pending table, whose index and generation form the
+//! A call takes a slot of the connection's pending table (`stdx::SlotTable`), whose id is the
 //! request id, sends its frame from the calling task (`Link::send`), and waits on the slot.
 //! The reader task decodes replies and completes slots by request id, waking their callers.
 //! Slots are reused, so a call allocates nothing of its own. A slot's generation grows on every
@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
+use stdx::SlotTable;
 use tokio::sync::Notify;
 use wire::{Body, Frame, Request, Response};
 
@@ -65,31 +66,16 @@ struct Shared {
 }
 
 struct Pending {
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    /// The calls in flight, by request id.
+    slots: SlotTable<SlotState>,
     /// Set on close: every new call fails with it.
     closed: Option<NetError>,
 }
 
-struct Slot {
-    generation: u32,
-    state: SlotState,
-}
-
 enum SlotState {
-    Free,
     /// The call's frame is sent or being sent; the waker is set once the caller has polled.
     Waiting(Option<Waker>),
     Done(Result<Reply, NetError>),
-}
-
-fn request_id(index: u32, generation: u32) -> u64 {
-    (u64::from(generation) << 32) | u64::from(index)
-}
-
-fn split_request_id(request_id: u64) -> (usize, u32) {
-    // The low half is the slot index and the high half its generation, by construction.
-    ((request_id & u64::from(u32::MAX)) as usize, (request_id >> 32) as u32)
 }
 
 /// Connects to `address`: `host:port` over TCP (with `TCP_NODELAY`), `unix:PATH` over a Unix
@@ -112,7 +98,7 @@ impl Connection {
             same_thread: flavor == tokio::runtime::RuntimeFlavor::CurrentThread,
             latency_average_ns: AtomicU64::new(0),
             spin_limit_ns: AtomicU64::new(0),
-            pending: Mutex::new(Pending { slots: Vec::new(), free: Vec::new(), closed: None }),
+            pending: Mutex::new(Pending { slots: SlotTable::new(CALLS_IN_FLIGHT_MAX), closed: None }),
             slot_freed: Notify::new(),
         });
         tokio::spawn(read_replies(shared.clone(), FrameReader::new(link)));
@@ -244,18 +230,8 @@ impl Shared {
                 if let Some(error) = &pending.closed {
                     return Err(error.clone());
                 }
-                if let Some(index) = pending.free.pop() {
-                    let in_flight = pending.slots.len() - pending.free.len();
-                    let slot = &mut pending.slots[index as usize];
-                    assert!(matches!(slot.state, SlotState::Free));
-                    slot.state = SlotState::Waiting(None);
-                    return Ok((request_id(index, slot.generation), in_flight));
-                }
-                if pending.slots.len() < CALLS_IN_FLIGHT_MAX {
-                    // Cannot truncate: bounded by `CALLS_IN_FLIGHT_MAX`, asserted to fit in `u32`.
-                    let index = pending.slots.len() as u32;
-                    pending.slots.push(Slot { generation: 0, state: SlotState::Waiting(None) });
-                    return Ok((request_id(index, 0), pending.slots.len() - pending.free.len()));
+                if let Ok(request_id) = pending.slots.insert(SlotState::Waiting(None)) {
+                    return Ok((request_id, pending.slots.len()));
                 }
             }
             // A release stores a permit if no call waits yet, so this wait cannot miss it.
@@ -263,27 +239,19 @@ impl Shared {
         }
     }
 
-    /// Frees the slot of `request_id`, which must be the caller's own.
-    fn release(&self, pending: &mut Pending, request_id: u64) {
-        let (index, generation) = split_request_id(request_id);
-        let slot = &mut pending.slots[index];
-        assert_eq!(slot.generation, generation);
-        assert!(!matches!(slot.state, SlotState::Free));
-        slot.state = SlotState::Free;
-        slot.generation = slot.generation.wrapping_add(1);
-        // Cannot truncate: slot indexes fit in `u32`.
-        pending.free.push(index as u32);
-        if pending.slots.len() == CALLS_IN_FLIGHT_MAX {
+    /// Frees the slot of `request_id`, which must be the caller's own, and returns its state.
+    fn release(&self, pending: &mut Pending, request_id: u64) -> SlotState {
+        let state = pending.slots.remove(request_id).expect("a call releases only its own slot");
+        // Calls wait for a slot only once the table has grown to its capacity.
+        if pending.slots.allocated() == CALLS_IN_FLIGHT_MAX {
             self.slot_freed.notify_one();
         }
+        state
     }
 
     fn poll_reply(&self, request_id: u64, waker: &Waker) -> Poll<Result<Reply, NetError>> {
         let mut pending = self.lock();
-        let (index, generation) = split_request_id(request_id);
-        let slot = &mut pending.slots[index];
-        assert_eq!(slot.generation, generation);
-        match &mut slot.state {
+        match pending.slots.get_mut(request_id).expect("a call polls only its own reserved slot") {
             SlotState::Waiting(slot_waker) => {
                 match slot_waker {
                     Some(existing) if existing.will_wake(waker) => {}
@@ -292,36 +260,31 @@ impl Shared {
                 Poll::Pending
             }
             SlotState::Done(_) => {
-                let SlotState::Done(result) = std::mem::replace(&mut slot.state, SlotState::Waiting(None)) else {
+                let SlotState::Done(result) = self.release(&mut pending, request_id) else {
                     unreachable!("matched Done above");
                 };
-                self.release(&mut pending, request_id);
                 Poll::Ready(result)
             }
-            SlotState::Free => unreachable!("a call polls only its own reserved slot"),
         }
     }
 
     /// Hands a reply to its call. A reply whose call was abandoned is dropped.
     fn complete(&self, request_id: u64, reply: Reply) {
         let mut pending = self.lock();
-        let (index, generation) = split_request_id(request_id);
-        let waiting = pending.slots.get_mut(index).filter(|slot| slot.generation == generation);
-        let Some(slot) = waiting else {
+        let Some(state) = pending.slots.get_mut(request_id) else {
             tracing::debug!(peer = %self.link.peer(), request_id, "dropping a reply to an abandoned call");
             return;
         };
-        match std::mem::replace(&mut slot.state, SlotState::Done(Ok(reply))) {
+        match std::mem::replace(state, SlotState::Done(Ok(reply))) {
             SlotState::Waiting(waker) => {
                 drop(pending);
                 if let Some(waker) = waker {
                     waker.wake();
                 }
             }
-            previous @ (SlotState::Free | SlotState::Done(_)) => {
-                // Free: the call was abandoned and its slot not yet reused. Done: a second
-                // reply with the same id, which a correct peer never sends.
-                slot.state = previous;
+            previous @ SlotState::Done(_) => {
+                // A second reply with the same id, which a correct peer never sends.
+                *state = previous;
                 tracing::debug!(peer = %self.link.peer(), request_id, "dropping an unexpected reply");
             }
         }
@@ -338,10 +301,10 @@ impl Shared {
                 return;
             }
             pending.closed = Some(error.clone());
-            for slot in &mut pending.slots {
-                if let SlotState::Waiting(waker) = &mut slot.state {
+            for state in pending.slots.values_mut() {
+                if let SlotState::Waiting(waker) = state {
                     wakers.extend(waker.take());
-                    slot.state = SlotState::Done(Err(error.clone()));
+                    *state = SlotState::Done(Err(error.clone()));
                 }
             }
         }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use engine::{Completion, Engine, EngineError, Reply, Request};
 use platform_linux::{CompletionNotifier, UringDisk};
+use stdx::SlotTable;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::Notify;
@@ -30,7 +31,7 @@ use crate::limits::ENGINE_OPS_IN_FLIGHT_MAX;
 /// The engine and the table of requests in flight in it.
 pub(crate) struct EngineIo {
     engine: RefCell<Engine<UringDisk>>,
-    slots: RefCell<Slots>,
+    slots: RefCell<SlotTable<SlotState>>,
     notifier: AsyncFd<CompletionNotifier>,
     /// Set by `submit`: the driver polls the engine so the request reaches the kernel.
     kick: Notify,
@@ -41,33 +42,12 @@ pub(crate) struct EngineIo {
     last_activity: Cell<Instant>,
 }
 
-#[derive(Default)]
-struct Slots {
-    entries: Vec<Slot>,
-    free: Vec<u32>,
-    live_count: usize,
-}
-
-struct Slot {
-    generation: u32,
-    state: SlotState,
-}
-
+/// An engine request in flight; its id in the table is the request's user data.
 enum SlotState {
-    Free,
     Waiting(Option<Waker>),
     Done(Result<Reply, EngineError>),
     /// The awaiting future was dropped; the completion only frees the slot.
     Abandoned,
-}
-
-fn user_data(index: u32, generation: u32) -> u64 {
-    (u64::from(generation) << 32) | u64::from(index)
-}
-
-fn split_user_data(user_data: u64) -> (usize, u32) {
-    // The low half is the index and the high half the generation, by construction.
-    ((user_data & u64::from(u32::MAX)) as usize, (user_data >> 32) as u32)
 }
 
 impl EngineIo {
@@ -84,7 +64,7 @@ impl EngineIo {
             .map_err(|error| error.into_parts().1)?;
         Ok(EngineIo {
             engine: RefCell::new(engine),
-            slots: RefCell::new(Slots::default()),
+            slots: RefCell::new(SlotTable::new(ENGINE_OPS_IN_FLIGHT_MAX)),
             notifier,
             kick: Notify::new(),
             progressed: Notify::new(),
@@ -104,22 +84,11 @@ impl EngineIo {
     /// The request reaches the kernel at the driver's next poll, after the current task yields,
     /// so a task that submits and then sends to replicas puts the network first.
     pub(crate) fn submit(self: &Rc<Self>, request: Request) -> EngineOp {
-        let user_data = {
-            let mut slots = self.slots.borrow_mut();
-            assert!(slots.live_count < ENGINE_OPS_IN_FLIGHT_MAX);
-            slots.live_count += 1;
-            if let Some(index) = slots.free.pop() {
-                let slot = &mut slots.entries[index as usize];
-                assert!(matches!(slot.state, SlotState::Free));
-                slot.state = SlotState::Waiting(None);
-                user_data(index, slot.generation)
-            } else {
-                // Cannot truncate: bounded by `ENGINE_OPS_IN_FLIGHT_MAX`.
-                let index = slots.entries.len() as u32;
-                slots.entries.push(Slot { generation: 0, state: SlotState::Waiting(None) });
-                user_data(index, 0)
-            }
-        };
+        let user_data = self
+            .slots
+            .borrow_mut()
+            .insert(SlotState::Waiting(None))
+            .unwrap_or_else(|_| panic!("more than {ENGINE_OPS_IN_FLIGHT_MAX} engine requests in flight"));
         self.engine.borrow_mut().submit(user_data, request);
         self.kick.notify_one();
         EngineOp { io: self.clone(), user_data, finished: false }
@@ -213,18 +182,14 @@ impl EngineIo {
         {
             let mut slots = self.slots.borrow_mut();
             for completion in completions.drain(..) {
-                let (index, generation) = split_user_data(completion.user_data);
-                let slot = &mut slots.entries[index];
-                assert_eq!(slot.generation, generation, "a completion for a slot of another request");
-                match std::mem::replace(&mut slot.state, SlotState::Done(completion.result)) {
+                let id = completion.user_data;
+                let state = slots.get_mut(id).expect("a completion for a slot of another request");
+                match std::mem::replace(state, SlotState::Done(completion.result)) {
                     SlotState::Waiting(waker) => wakers.extend(waker),
                     SlotState::Abandoned => {
-                        slot.state = SlotState::Free;
-                        slot.generation = slot.generation.wrapping_add(1);
-                        slots.free.push(index as u32);
-                        slots.live_count -= 1;
+                        slots.remove(id);
                     }
-                    SlotState::Free | SlotState::Done(_) => unreachable!("a second completion for one request"),
+                    SlotState::Done(_) => unreachable!("a second completion for one request"),
                 }
             }
         }
@@ -249,11 +214,8 @@ impl Future for EngineOp {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         assert!(!self.finished, "an engine op polled after it finished");
-        let (index, generation) = split_user_data(self.user_data);
         let mut slots = self.io.slots.borrow_mut();
-        let slot = &mut slots.entries[index];
-        assert_eq!(slot.generation, generation);
-        match &mut slot.state {
+        match slots.get_mut(self.user_data).expect("an engine op polls only its own slot") {
             SlotState::Waiting(waker) => {
                 match waker {
                     Some(existing) if existing.will_wake(cx.waker()) => {}
@@ -262,17 +224,14 @@ impl Future for EngineOp {
                 Poll::Pending
             }
             SlotState::Done(_) => {
-                let SlotState::Done(result) = std::mem::replace(&mut slot.state, SlotState::Free) else {
+                let Some(SlotState::Done(result)) = slots.remove(self.user_data) else {
                     unreachable!("matched Done above")
                 };
-                slot.generation = slot.generation.wrapping_add(1);
-                slots.free.push(index as u32);
-                slots.live_count -= 1;
                 drop(slots);
                 self.finished = true;
                 Poll::Ready(result)
             }
-            SlotState::Free | SlotState::Abandoned => unreachable!("an engine op polls only its own slot"),
+            SlotState::Abandoned => unreachable!("an engine op polls only its own slot"),
         }
     }
 }
@@ -282,17 +241,12 @@ impl Drop for EngineOp {
         if self.finished {
             return;
         }
-        let (index, generation) = split_user_data(self.user_data);
         let mut slots = self.io.slots.borrow_mut();
-        let slot = &mut slots.entries[index];
-        assert_eq!(slot.generation, generation);
-        if matches!(slot.state, SlotState::Done(_)) {
-            slot.state = SlotState::Free;
-            slot.generation = slot.generation.wrapping_add(1);
-            slots.free.push(index as u32);
-            slots.live_count -= 1;
+        let state = slots.get_mut(self.user_data).expect("an engine op owns its slot until it finishes");
+        if matches!(state, SlotState::Done(_)) {
+            slots.remove(self.user_data);
         } else {
-            slot.state = SlotState::Abandoned;
+            *state = SlotState::Abandoned;
         }
     }
 }

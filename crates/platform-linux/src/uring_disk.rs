@@ -1,12 +1,12 @@
 //! `UringDisk`: the [`Disk`] trait on io_uring, for a regular file or a block device opened with
 //! `O_DIRECT`.
 //!
-//! Every request lives in a slot of a slab until it completes, which keeps its buffer alive while
-//! the kernel may use it. A request runs as one or more rounds: a round is the SQEs submitted
-//! together (a read, a write, an fsync, or a write linked to an fsync for `WriteFlush`), and a
-//! short transfer starts another round for the remainder. The `user_data` of an SQE names the
-//! slot, the slot's generation (bumped when a round ends, so a late CQE of a finished round is
-//! recognised and ignored) and which SQE of the round it is.
+//! Every request lives in a slot of a `stdx::SlotTable` until it completes, which keeps its
+//! buffer alive while the kernel may use it. A request runs as one or more rounds: a round is the
+//! SQEs submitted together (a read, a write, an fsync, or a write linked to an fsync for
+//! `WriteFlush`), and a short transfer starts another round for the remainder. The `user_data` of
+//! an SQE is the slot's id (renewed when a round ends, so a late CQE of a finished round names
+//! nothing and is ignored) shifted left by one, with which SQE of the round it is in the low bit.
 //!
 //! `submit` only queues the request and copies SQEs into the shared submission ring; the kernel
 //! sees them at the next `reap` or `wait`. At most `queue_depth` SQEs are in the submission ring
@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 use platform::{Disk, DiskCompletion, DiskError, DiskOp, DiskRequest};
+use stdx::SlotTable;
 
 use crate::open::{self, OpenDiskError};
 
@@ -62,7 +63,9 @@ const _: () = assert!(ROUND_SIZE_BYTES_MAX <= i32::MAX as u64);
 const PART_FIRST: u64 = 0;
 /// The `user_data` of the fsync linked behind a write.
 const PART_LINKED_FLUSH: u64 = 1;
-const SLOT_INDEX_MAX: usize = (1 << 31) - 1;
+/// Requests in flight at most (far above any queue depth): their slot ids leave the top bit of
+/// `user_data` free for the part.
+const SLOTS_MAX: usize = 1 << 31;
 
 /// The SQEs of one round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,12 +112,6 @@ struct InFlight {
     flush_result: Option<i32>,
 }
 
-#[derive(Debug)]
-struct Slot {
-    generation: u32,
-    in_flight: Option<InFlight>,
-}
-
 /// What happens to a request when a round ends.
 enum Step {
     /// Another round, already planned in the request, is needed.
@@ -134,11 +131,11 @@ pub struct UringDisk {
     spin_before_wait: Duration,
     /// Whether the write of a `WriteFlush` pair is submitted with `IOSQE_CQE_SKIP_SUCCESS`.
     skip_write_success_cqe: bool,
-    slots: Vec<Slot>,
-    slots_free: Vec<usize>,
-    slots_live_count: usize,
+    /// The requests in flight. A slot's id is renewed when a round ends, so a late CQE of a
+    /// finished round names nothing.
+    slots: SlotTable<InFlight>,
     /// Slots whose next round is planned but not yet in the submission ring.
-    pending: VecDeque<usize>,
+    pending: VecDeque<u64>,
     /// SQEs in the submission ring or in the kernel whose round has not ended.
     kernel_sqe_count: u32,
     kernel_sqe_count_max: u32,
@@ -242,9 +239,7 @@ impl UringDisk {
             sector_size_bytes: opened.sector_size_bytes,
             spin_before_wait: Duration::from_micros(u64::from(options.spin_before_wait_us)),
             skip_write_success_cqe,
-            slots: Vec::new(),
-            slots_free: Vec::new(),
-            slots_live_count: 0,
+            slots: SlotTable::new(SLOTS_MAX),
             pending: VecDeque::new(),
             kernel_sqe_count: 0,
             kernel_sqe_count_max,
@@ -285,33 +280,17 @@ impl UringDisk {
         open::create_file(path, size_bytes)
     }
 
-    fn slot_allocate(&mut self, in_flight: InFlight) -> usize {
-        self.slots_live_count += 1;
-        if let Some(slot_index) = self.slots_free.pop() {
-            let slot = &mut self.slots[slot_index];
-            assert!(slot.in_flight.is_none());
-            slot.in_flight = Some(in_flight);
-            return slot_index;
-        }
-        let slot_index = self.slots.len();
-        assert!(slot_index <= SLOT_INDEX_MAX);
-        self.slots.push(Slot { generation: 0, in_flight: Some(in_flight) });
-        slot_index
-    }
-
     /// Copies the SQEs of pending rounds into the submission ring while the SQE budget allows.
     /// Touches only the shared ring memory, never the kernel.
     fn fill_sq(&mut self) {
         let fd = types::Fd(self.file.as_raw_fd());
-        while let Some(&slot_index) = self.pending.front() {
-            let slot = &mut self.slots[slot_index];
-            let in_flight = slot.in_flight.as_mut().expect("a pending slot is live");
+        while let Some(&slot) = self.pending.front() {
+            let in_flight = self.slots.get_mut(slot).expect("a pending slot is live");
             let sqe_count = in_flight.round.sqe_count();
             if self.kernel_sqe_count + sqe_count > self.kernel_sqe_count_max {
                 break;
             }
-            let (first, linked) =
-                round_entries(fd, slot.generation, slot_index, in_flight, self.skip_write_success_cqe);
+            let (first, linked) = round_entries(fd, slot, in_flight, self.skip_write_success_cqe);
             let mut sq = self.ring.submission();
             // Every SQE in the ring is counted in `kernel_sqe_count`, and the budget is the ring's
             // capacity, so there is room.
@@ -378,16 +357,13 @@ impl UringDisk {
 
     fn on_cqe(&mut self, user_data: u64, result: i32) {
         let part = user_data & 1;
-        let slot_index = usize::try_from((user_data >> 1) & SLOT_INDEX_MAX as u64).expect("slot index fits in usize");
-        let generation = u32::try_from(user_data >> 32).expect("generation fits in u32");
-        let slot = &mut self.slots[slot_index];
-        if slot.generation != generation {
+        let slot = user_data >> 1;
+        let Some(in_flight) = self.slots.get_mut(slot) else {
             // A CQE of a round that already ended. With CQE skipping the kernel posts no CQE for
             // an fsync canceled behind a failed write; should one come anyway, it lands here.
             self.stale_cqe_count += 1;
             return;
-        }
-        let in_flight = slot.in_flight.as_mut().expect("a slot with a current round is live");
+        };
         if part == PART_FIRST {
             assert!(in_flight.first_result.is_none());
             in_flight.first_result = Some(result);
@@ -400,19 +376,19 @@ impl UringDisk {
         if !round_ended(in_flight, self.skip_write_success_cqe) {
             return;
         }
-        // Any later CQE of this round is stale, and its SQEs leave the budget.
-        slot.generation = slot.generation.wrapping_add(1);
+        // Its SQEs leave the budget, and any later CQE of this round is stale: the request goes
+        // on under a new id, or leaves the table.
         let sqe_count = in_flight.round.sqe_count();
         assert!(self.kernel_sqe_count >= sqe_count);
         self.kernel_sqe_count -= sqe_count;
 
         match round_step(in_flight, self.sector_size_bytes) {
-            Step::Continue => self.pending.push_back(slot_index),
+            Step::Continue => {
+                let slot = self.slots.renew(slot).expect("the slot is live");
+                self.pending.push_back(slot);
+            }
             Step::Finish(result) => {
-                let in_flight = slot.in_flight.take().expect("the slot is live");
-                self.slots_free.push(slot_index);
-                assert!(self.slots_live_count > 0);
-                self.slots_live_count -= 1;
+                let in_flight = self.slots.remove(slot).expect("the slot is live");
                 let request = in_flight.request;
                 self.ready.push(DiskCompletion {
                     id: request.id,
@@ -446,13 +422,12 @@ impl UringDisk {
 /// Builds the SQEs of the request's current round.
 fn round_entries(
     fd: types::Fd,
-    generation: u32,
-    slot_index: usize,
+    slot: u64,
     in_flight: &mut InFlight,
     skip_write_success_cqe: bool,
 ) -> (squeue::Entry, Option<squeue::Entry>) {
-    assert!(slot_index <= SLOT_INDEX_MAX);
-    let user_data = (u64::from(generation) << 32) | ((slot_index as u64) << 1);
+    assert!(slot >> 63 == 0, "slot ids leave the top bit free");
+    let user_data = slot << 1;
     let done_bytes = usize::try_from(in_flight.done_bytes).expect("fits in usize");
     let offset_bytes = in_flight.request.offset_bytes + in_flight.done_bytes;
     let op = in_flight.request.op;
@@ -604,8 +579,8 @@ impl Disk for UringDisk {
     fn submit(&mut self, request: DiskRequest) {
         let round = Round::plan(request.op, request.buffer.len() as u64);
         let in_flight = InFlight { request, done_bytes: 0, round, first_result: None, flush_result: None };
-        let slot_index = self.slot_allocate(in_flight);
-        self.pending.push_back(slot_index);
+        let slot = self.slots.insert(in_flight).unwrap_or_else(|_| panic!("{SLOTS_MAX} disk requests in flight"));
+        self.pending.push_back(slot);
         self.fill_sq();
     }
 
@@ -624,7 +599,7 @@ impl Disk for UringDisk {
     }
 
     fn wait(&mut self) {
-        if !self.ready.is_empty() || self.slots_live_count == 0 {
+        if !self.ready.is_empty() || self.slots.is_empty() {
             return;
         }
         self.flush_submissions();
@@ -658,7 +633,7 @@ impl Disk for UringDisk {
     }
 
     fn in_flight_count(&self) -> usize {
-        self.slots_live_count + self.ready.len()
+        self.slots.len() + self.ready.len()
     }
 }
 
@@ -672,7 +647,7 @@ impl Drop for UringDisk {
                 if !is_retryable(&error) {
                     // The buffers cannot be shown to be idle: leak them rather than let the
                     // kernel write into freed memory.
-                    std::mem::forget(std::mem::take(&mut self.slots));
+                    std::mem::forget(std::mem::replace(&mut self.slots, SlotTable::new(0)));
                     return;
                 }
             }

@@ -33,6 +33,7 @@ use platform_linux::{UringDisk, UringOptions};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use serde::Serialize;
+use stdx::SlotTable;
 
 use crate::device;
 use crate::pipeline;
@@ -343,9 +344,9 @@ fn write_back_journal(engine: &mut Engine<UringDisk>, path: &Path) -> anyhow::Re
     }
 }
 
-/// An I/O of the workload in flight: its engine requests share the slot's index as user data.
+/// An I/O of the workload in flight: its engine requests share its id in the table as user data.
 #[derive(Debug, Clone, Copy)]
-struct Slot {
+struct Io {
     started: Instant,
     requests_remaining: u64,
 }
@@ -371,12 +372,12 @@ fn run_workload(
     let started = Instant::now();
     let measure_from = started + ramp;
     let stop_at = measure_from + runtime;
-    let mut slots = vec![Slot { started, requests_remaining: 0 }; workload.queue_depth];
+    let mut ios = SlotTable::new(workload.queue_depth);
     let mut latencies_ns: Vec<u64> = Vec::with_capacity(1 << 20);
     let mut cpu_start_s: Option<f64> = None;
     let mut cpu_end_s: Option<f64> = None;
 
-    let mut issue = |engine: &mut Engine<UringDisk>, slot_index: usize, slots: &mut [Slot]| {
+    let mut issue = |engine: &mut Engine<UringDisk>, ios: &mut SlotTable<Io>| {
         let offset_bytes = match workload.access {
             Access::Random => rng.gen_range(0..io_slots_in_region) * io_size_bytes,
             Access::Sequential => {
@@ -385,7 +386,8 @@ fn run_workload(
                 offset_bytes
             }
         };
-        slots[slot_index] = Slot { started: Instant::now(), requests_remaining: chunks_per_io };
+        let io = Io { started: Instant::now(), requests_remaining: chunks_per_io };
+        let id = ios.insert(io).expect("one I/O per completed one, up to the queue depth");
         for chunk in 0..chunks_per_io {
             let (object, offset_in_object) = region.locate(offset_bytes + chunk * chunk_size_bytes);
             let request = match workload.direction {
@@ -400,16 +402,15 @@ fn run_workload(
                     data: AlignedBuffer::from_slice(&template[..chunk_size]),
                 },
             };
-            engine.submit(slot_index as u64, request);
+            engine.submit(id, request);
         }
     };
 
-    for slot_index in 0..workload.queue_depth {
-        issue(engine, slot_index, &mut slots);
+    for _ in 0..workload.queue_depth {
+        issue(engine, &mut ios);
     }
-    let mut ios_in_flight = workload.queue_depth;
     let mut completions = Vec::new();
-    while ios_in_flight > 0 {
+    while !ios.is_empty() {
         engine.poll(&mut completions);
         if completions.is_empty() {
             engine.wait();
@@ -426,22 +427,20 @@ fn run_workload(
             if let Err(error) = completion.result {
                 bail!("request failed: {error}");
             }
-            let slot_index = usize::try_from(completion.user_data).expect("a slot index");
-            let slot = &mut slots[slot_index];
-            slot.requests_remaining -= 1;
-            if slot.requests_remaining > 0 {
+            let io = ios.get_mut(completion.user_data).expect("a completion of an I/O in flight");
+            io.requests_remaining -= 1;
+            if io.requests_remaining > 0 {
                 continue;
             }
-            ios_in_flight -= 1;
-            if slot.started >= measure_from && now <= stop_at {
-                latencies_ns.push(u64::try_from(now.duration_since(slot.started).as_nanos()).unwrap_or(u64::MAX));
+            let io = ios.remove(completion.user_data).expect("found above");
+            if io.started >= measure_from && now <= stop_at {
+                latencies_ns.push(u64::try_from(now.duration_since(io.started).as_nanos()).unwrap_or(u64::MAX));
             }
             if now < stop_at {
-                issue(engine, slot_index, &mut slots);
+                issue(engine, &mut ios);
                 // Like fio (iodepth_batch_submit=1), each request goes to the kernel as it is
                 // issued rather than after the whole batch of completions.
                 engine.push();
-                ios_in_flight += 1;
             }
         }
     }

@@ -1,17 +1,17 @@
 //! What a connection knows about its own requests: the writes in flight, so a Flush can wait
-//! for those that came before it.
+//! for those read before it (`stdx::WriteOrder`, with the connection's wake-ups).
 
-use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
+use std::cell::RefCell;
 
+use stdx::{FlushMark, WriteOrder};
 use tokio::sync::Notify;
 use wire::{Frame, Opcode};
 
 #[derive(Default)]
 pub(crate) struct ConnectionState {
-    next_write: Cell<u64>,
-    writes: RefCell<BTreeSet<u64>>,
-    write_done: Notify,
+    order: RefCell<WriteOrder>,
+    /// Wakes Flushes when the oldest writes have replied.
+    drained: Notify,
 }
 
 /// What a request reserved on its connection when it arrived (before it runs).
@@ -21,21 +21,22 @@ pub(crate) enum Ticket<'a> {
     Write {
         _ticket: WriteTicket<'a>,
     },
-    /// Waits for the writes numbered below `upto`.
+    /// Waits for the writes read before it.
     Flush {
-        upto: u64,
+        mark: FlushMark,
     },
 }
 
 pub(crate) struct WriteTicket<'a> {
     state: &'a ConnectionState,
-    seq: u64,
+    era: u64,
 }
 
 impl Drop for WriteTicket<'_> {
     fn drop(&mut self) {
-        self.state.writes.borrow_mut().remove(&self.seq);
-        self.state.write_done.notify_waiters();
+        if self.state.order.borrow_mut().end(self.era) {
+            self.state.drained.notify_waiters();
+        }
     }
 }
 
@@ -45,24 +46,22 @@ impl ConnectionState {
     pub(crate) fn ticket(&self, frame: &Frame) -> Ticket<'_> {
         match frame.opcode() {
             Opcode::Write | Opcode::WriteZeroes | Opcode::Trim => {
-                let seq = self.next_write.get();
-                self.next_write.set(seq + 1);
-                self.writes.borrow_mut().insert(seq);
-                Ticket::Write { _ticket: WriteTicket { state: self, seq } }
+                let era = self.order.borrow_mut().begin();
+                Ticket::Write { _ticket: WriteTicket { state: self, era } }
             }
-            Opcode::Flush => Ticket::Flush { upto: self.next_write.get() },
+            Opcode::Flush => Ticket::Flush { mark: self.order.borrow_mut().flush_mark() },
             _ => Ticket::None,
         }
     }
 
-    /// Completes once every write numbered below `upto` has replied.
-    pub(crate) async fn writes_before(&self, upto: u64) {
+    /// Completes once every write read before the Flush that took `mark` has replied.
+    pub(crate) async fn writes_before(&self, mark: FlushMark) {
         loop {
-            let done = self.write_done.notified();
-            if self.writes.borrow().first().is_none_or(|&oldest| oldest >= upto) {
+            let drained = self.drained.notified();
+            if self.order.borrow().is_flushed(mark) {
                 return;
             }
-            done.await;
+            drained.await;
         }
     }
 }

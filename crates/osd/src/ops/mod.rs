@@ -260,8 +260,8 @@ impl Osd {
             Request::SecList { pg, start, count_max } => Ok(self.sec_list(pg.pg, pg_count, start, count_max)),
             Request::ObjectInfo { .. } => self.object_info(object().0).await,
             Request::Flush => {
-                if let Ticket::Flush { upto } = ticket {
-                    connection.writes_before(upto).await;
+                if let Ticket::Flush { mark } = ticket {
+                    connection.writes_before(mark).await;
                 }
                 Ok(Response::Flush)
             }

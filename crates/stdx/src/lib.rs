@@ -1,0 +1,13 @@
+//! Small building blocks that several of Basalt's crates need, with no dependencies and no
+//! runtime: deterministic, so the simulator and the engine can use them as the daemons do.
+//!
+//! - [`SlotTable`]: values in reusable slots, named by ids that carry the slot's generation, so
+//!   an id that outlived its value (a late completion, a peer's stale reply) finds nothing.
+//! - [`WriteOrder`]: writes in flight numbered in arrival order, so a flush can wait for exactly
+//!   the writes that came before it.
+
+mod slot_table;
+mod write_order;
+
+pub use slot_table::SlotTable;
+pub use write_order::{FlushMark, WriteOrder};
