@@ -13,7 +13,7 @@ use std::process::Command;
 use serde_json::Value;
 
 /// Crates that must stay free of any runtime or edge dependency.
-const DETERMINISTIC: &[&str] = &["stdx", "engine", "placement", "wire", "cluster", "platform"];
+const DETERMINISTIC: &[&str] = &["stdx", "types", "engine", "placement", "wire", "cluster", "platform"];
 
 /// Crates the deterministic ones must not reach, by normal or build dependencies.
 const EDGE: &[&str] = &["tokio", "io-uring", "tonic", "prost", "axum", "hyper", "mio"];

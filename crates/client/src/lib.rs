@@ -39,7 +39,7 @@ pub use volume::Volume;
 
 /// The unit of every offset and length: the engine's page, and the block size the NBD gateway
 /// advertises.
-pub const BLOCK_SIZE_BYTES: u64 = 4096;
+pub const BLOCK_SIZE_BYTES: u64 = types::PAGE_SIZE_BYTES as u64;
 
 /// Pieces of one call in flight at once; a longer call (a large trim) proceeds as they finish.
 pub const PIECES_IN_FLIGHT_MAX: usize = 64;

@@ -17,8 +17,7 @@ pub const FORMAT_VERSION_MIN: u32 = 1;
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"BSLTENG1");
 pub const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"BSLTJREC");
 
-/// The engine's unit of I/O, checksums and alignment.
-pub const PAGE_SIZE_BYTES: u32 = 4096;
+pub use types::PAGE_SIZE_BYTES;
 /// Two superblock copies, written alternately, so a torn superblock write loses nothing.
 pub const SUPERBLOCK_COPIES: u64 = 2;
 pub const SUPERBLOCK_SIZE_BYTES: u64 = PAGE_SIZE_BYTES as u64;
@@ -28,7 +27,7 @@ const AREA_ALIGNMENT_BYTES: u64 = 1 << 20;
 pub const OBJECT_SIZE_MIN_BYTES: u32 = PAGE_SIZE_BYTES;
 /// A metadata entry keeps one bit per page in a `u64` and must fit in one 512-byte sector.
 pub const OBJECT_SIZE_MAX_BYTES: u32 = 64 * PAGE_SIZE_BYTES;
-pub const OBJECT_SIZE_DEFAULT_BYTES: u32 = 128 * 1024;
+pub use types::OBJECT_SIZE_DEFAULT_BYTES;
 
 /// Bytes of a metadata entry before its page checksums.
 const META_ENTRY_HEADER_BYTES: usize = 40;

@@ -20,23 +20,9 @@ pub mod layout;
 mod meta_cache;
 
 pub use engine::{Engine, EngineOptions, EngineStats, FormatOptions};
-pub use layout::{OBJECT_SIZE_DEFAULT_BYTES, OBJECT_SIZE_MAX_BYTES, OBJECT_SIZE_MIN_BYTES, PAGE_SIZE_BYTES};
+pub use layout::{OBJECT_SIZE_MAX_BYTES, OBJECT_SIZE_MIN_BYTES};
 pub use platform::{AlignedBuffer, DiskError};
-
-use std::fmt;
-
-/// An object: a fixed-size piece of a volume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectId {
-    pub inode: u64,
-    pub stripe: u64,
-}
-
-impl fmt::Display for ObjectId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#x}:{}", self.inode, self.stripe)
-    }
-}
+pub use types::{ObjectId, OBJECT_SIZE_DEFAULT_BYTES, PAGE_SIZE_BYTES};
 
 #[derive(Debug)]
 pub enum Request {

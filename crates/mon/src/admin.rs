@@ -13,10 +13,9 @@ use cluster::{keys, ClusterMap, ClusterRecord, Counter, FailureDomainName, PoolR
 use meta::{Compare, CompareOp, KeyValue, MetaError, MetaStore, Txn, TxnOp, TxnOpResult};
 use serde::{Deserialize, Serialize};
 
-/// The default object size of a new cluster.
-pub const OBJECT_SIZE_DEFAULT_BYTES: u32 = 128 * 1024;
-/// Volume sizes are whole multiples of this.
-pub const VOLUME_SIZE_ALIGNMENT_BYTES: u64 = 4096;
+pub use types::OBJECT_SIZE_DEFAULT_BYTES;
+/// Volume sizes are whole multiples of a page.
+pub const VOLUME_SIZE_ALIGNMENT_BYTES: u64 = types::PAGE_SIZE_BYTES as u64;
 pub const POOL_NAME_LENGTH_MAX: usize = 64;
 pub const VOLUME_NAME_LENGTH_MAX: usize = 128;
 pub const TAG_LENGTH_MAX: usize = 64;

@@ -3,14 +3,14 @@
 
 /// The block size of every call into an [`crate::Export`]: offsets and lengths the server passes
 /// are multiples of it, and an export's size is used rounded down to it.
-pub const EXPORT_BLOCK_SIZE_BYTES: u64 = 4096;
+pub const EXPORT_BLOCK_SIZE_BYTES: u64 = types::PAGE_SIZE_BYTES as u64;
 
 /// The smallest alignment clients may use (`NBD_INFO_BLOCK_SIZE` minimum). Requests aligned to it
 /// but not to [`EXPORT_BLOCK_SIZE_BYTES`] are served with a read-modify-write of the partial pages.
 pub const BLOCK_SIZE_MIN_BYTES: u32 = 512;
 
 /// The alignment that avoids read-modify-write (`NBD_INFO_BLOCK_SIZE` preferred).
-pub const BLOCK_SIZE_PREFERRED_BYTES: u32 = 4096;
+pub const BLOCK_SIZE_PREFERRED_BYTES: u32 = types::PAGE_SIZE_BYTES;
 
 /// The largest read or write (`NBD_INFO_BLOCK_SIZE` maximum), the payload bound enforced before
 /// any buffer is allocated. A larger read fails with `EINVAL`; a larger write closes the

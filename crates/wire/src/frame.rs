@@ -21,13 +21,8 @@ pub struct PgId {
     pub pg: u32,
 }
 
-/// An object: piece `stripe` of volume `inode`. Mirrors `engine::ObjectId`; both move to the
-/// `types` crate when it exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectId {
-    pub inode: u64,
-    pub stripe: u64,
-}
+/// An object: the engine's `ObjectId` (`types`), encoded field by field.
+pub use types::ObjectId;
 
 /// One entry of a SecList reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

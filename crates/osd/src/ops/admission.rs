@@ -208,7 +208,7 @@ fn no_such_pg(pg: PgId) -> OpError {
     OpError::InvalidArgument(format!("pg {}.{} does not exist", pg.pool, pg.pg))
 }
 
-fn check_object(view: PgView<'_>, object: wire::ObjectId) -> Result<ObjectId, OpError> {
+fn check_object(view: PgView<'_>, object: ObjectId) -> Result<ObjectId, OpError> {
     let actual = object_pg(object.inode, object.stripe, view.pg_count);
     if actual != view.pg {
         return Err(OpError::InvalidArgument(format!(
@@ -216,7 +216,7 @@ fn check_object(view: PgView<'_>, object: wire::ObjectId) -> Result<ObjectId, Op
             object.inode, object.stripe, view.pool, view.pool, view.pg
         )));
     }
-    Ok(ObjectId { inode: object.inode, stripe: object.stripe })
+    Ok(object)
 }
 
 fn check_alignment(offset_bytes: u64, length_bytes: u64) -> Result<(), OpError> {
@@ -258,7 +258,7 @@ fn locate(
             "range offset_bytes={offset_bytes} length_bytes={length_bytes} crosses the end of object {stripe} ({object_size}-byte objects)"
         )));
     }
-    let object = check_object(view, wire::ObjectId { inode, stripe })?;
+    let object = check_object(view, ObjectId { inode, stripe })?;
     Ok((object, offset_in_object))
 }
 
@@ -296,8 +296,8 @@ mod tests {
         (0..).find(|&stripe| object_pg(1, stripe, PG_COUNT) == pg).expect("some stripe lands in every pg")
     }
 
-    fn object_in(pg: u32) -> wire::ObjectId {
-        wire::ObjectId { inode: 1, stripe: stripe_in(pg) }
+    fn object_in(pg: u32) -> ObjectId {
+        ObjectId { inode: 1, stripe: stripe_in(pg) }
     }
 
     fn pg_id(pg: u32) -> PgId {

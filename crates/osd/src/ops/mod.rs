@@ -340,10 +340,6 @@ impl Osd {
     }
 }
 
-fn wire_object(object: ObjectId) -> wire::ObjectId {
-    wire::ObjectId { inode: object.inode, stripe: object.stripe }
-}
-
 /// Lends an engine buffer to `Bytes` without copying it.
 struct BufferBytes(AlignedBuffer);
 

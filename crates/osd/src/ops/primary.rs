@@ -11,7 +11,7 @@ use engine::{AlignedBuffer, ObjectId, Request as EngineRequest};
 use wire::{Opcode, PgId, Request, Response, Status};
 
 use super::admission::{self, PgView};
-use super::{wire_object, OpError, Osd};
+use super::{OpError, Osd};
 use crate::limits::OBJECT_SIZE_MAX_BYTES;
 
 /// Zeros for WriteZeroes and partial Trims, sliced without allocating.
@@ -100,16 +100,14 @@ impl Osd {
         }
         let version = mint_version(epoch, known);
         let deleting = matches!(mutation, Mutation::Delete);
-        let wire_object = wire_object(object);
         let (local, remote) = match mutation {
             Mutation::Write { offset_bytes, data } => (
                 EngineRequest::WriteVersioned { object, offset_bytes, data: AlignedBuffer::from_slice(&data), version },
-                Request::SecWrite { pg, object: wire_object, version, offset_bytes, data },
+                Request::SecWrite { pg, object, version, offset_bytes, data },
             ),
-            Mutation::Delete => (
-                EngineRequest::DeleteVersioned { object, version },
-                Request::SecDelete { pg, object: wire_object, version },
-            ),
+            Mutation::Delete => {
+                (EngineRequest::DeleteVersioned { object, version }, Request::SecDelete { pg, object, version })
+            }
         };
         // Queued locally first; the sends go out while the local request waits for the next
         // engine poll, which comes once this task yields.

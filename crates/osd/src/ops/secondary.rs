@@ -5,7 +5,7 @@
 use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest};
 use wire::{ListEntry, Response};
 
-use super::{wire_object, OpError, Osd};
+use super::{OpError, Osd};
 use cluster::object_pg;
 
 impl Osd {
@@ -41,16 +41,15 @@ impl Osd {
     }
 
     /// The PG's objects at or after `start`, in order, at most `count_max`.
-    pub(super) fn sec_list(&self, pg: u32, pg_count: u32, start: wire::ObjectId, count_max: u32) -> Response {
+    pub(super) fn sec_list(&self, pg: u32, pg_count: u32, start: ObjectId, count_max: u32) -> Response {
         let count_max = count_max.min(wire::limits::LIST_ENTRIES_MAX_COUNT) as usize;
-        let start = ObjectId { inode: start.inode, stripe: start.stripe };
         let entries = self.engine.with(|engine| {
             engine
                 .list_objects()
                 .into_iter()
                 .filter(|(object, _)| *object >= start && object_pg(object.inode, object.stripe, pg_count) == pg)
                 .take(count_max)
-                .map(|(object, version)| ListEntry { object: wire_object(object), version })
+                .map(|(object, version)| ListEntry { object, version })
                 .collect()
         });
         Response::SecList { entries }
