@@ -8,7 +8,7 @@
 //! expires, the key disappears and another candidate takes over, so a leader must stop acting
 //! as leader before its lease can expire (renew well within the TTL and give up on failure).
 
-use crate::{Compare, CompareOp, LeaseId, MetaError, MetaStore, Txn, TxnOp, TxnOpResult, WatchEventKind};
+use crate::{Compare, CompareOp, KeyValue, LeaseId, MetaError, MetaStore, Txn, TxnOp, TxnOpResult, WatchEventKind};
 
 /// A won election: proof that `candidate_id` held `election_key` from `revision` on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,12 +83,24 @@ impl Leadership {
         }
     }
 
+    /// The comparison that makes a transaction the term's: it succeeds only while the election
+    /// key is the one this term created, so a deposed leader's writes fail.
+    pub fn fence(&self) -> Compare {
+        Compare::create_revision(&self.election_key, CompareOp::Equal, self.revision)
+    }
+
+    /// Whether `leader`, the election key as a failed fenced transaction read it back, is still
+    /// this term's: the transaction failed on another of its comparisons, not on the fence.
+    pub fn holds(&self, leader: &KeyValue) -> bool {
+        leader.key == self.election_key && leader.create_revision == self.revision
+    }
+
     /// Deletes the election key if it still holds this term, so another candidate can take over
     /// at once. The lease stays the caller's.
     pub async fn resign(&self, store: &dyn MetaStore) -> Result<(), MetaError> {
         store
             .txn(Txn {
-                compares: vec![Compare::create_revision(&self.election_key, CompareOp::Equal, self.revision)],
+                compares: vec![self.fence()],
                 success: vec![TxnOp::delete(&self.election_key)],
                 failure: vec![],
             })

@@ -301,7 +301,7 @@ async fn publish_pool(
     let response = store
         .txn(Txn {
             compares: vec![
-                Compare::create_revision(keys::MON_LEADER, CompareOp::Equal, leadership.revision),
+                leadership.fence(),
                 Compare::mod_revision(&pool_key, CompareOp::Equal, pool_kv.mod_revision),
                 Compare::mod_revision(&table_key, CompareOp::Equal, table_kv.as_ref().map_or(0, |kv| kv.mod_revision)),
             ],
@@ -321,9 +321,7 @@ async fn publish_pool(
         return Ok(());
     }
     match response.results.as_slice() {
-        [TxnOpResult::Get(Some(leader))] if leader.create_revision == leadership.revision => {
-            Err(PublishError::Raced { pool: pool_id })
-        }
+        [TxnOpResult::Get(Some(leader))] if leadership.holds(leader) => Err(PublishError::Raced { pool: pool_id }),
         _ => Err(PublishError::Deposed),
     }
 }

@@ -80,10 +80,7 @@ pub async fn reap_volume(
     let key = keys::volume(&volume.name);
     let response = store
         .txn(Txn {
-            compares: vec![
-                Compare::create_revision(keys::MON_LEADER, CompareOp::Equal, leadership.revision),
-                Compare::mod_revision(&key, CompareOp::Equal, revision),
-            ],
+            compares: vec![leadership.fence(), Compare::mod_revision(&key, CompareOp::Equal, revision)],
             success: vec![TxnOp::delete(&key)],
             failure: vec![],
         })
