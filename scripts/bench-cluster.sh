@@ -18,13 +18,7 @@ runtime=${RUNTIME:-10}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 rig=$(cd ../shared/rig && pwd)
-# BASALT_BIN runs a given build (to alternate two builds in one sitting) instead of this tree's.
-if [[ -n ${BASALT_BIN:-} ]]; then
-    basalt=$(realpath "$BASALT_BIN")
-else
-    cargo build --release -p basalt >&2
-    basalt=$PWD/target/release/basalt
-fi
+source scripts/lib/basalt-bin.sh
 api=127.0.0.1:18080
 meta=127.0.0.1:12390
 

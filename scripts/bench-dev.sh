@@ -20,12 +20,7 @@ rounds=${ROUNDS:-3}
 runtime=${RUNTIME:-10}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
-if [[ -n ${BASALT_BIN:-} ]]; then
-    basalt=$(realpath "$BASALT_BIN")
-else
-    cargo build --release -p basalt >&2
-    basalt=$PWD/target/release/basalt
-fi
+source scripts/lib/basalt-bin.sh
 api=127.0.0.1:18180
 meta=127.0.0.1:12490
 

@@ -21,13 +21,7 @@ size=${SIZE:-1G}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 rig=$(cd ../shared/rig && pwd)
-# BASALT_BIN runs a given build (to alternate two builds in one sitting) instead of this tree's.
-if [[ -n ${BASALT_BIN:-} ]]; then
-    basalt=$(realpath "$BASALT_BIN")
-else
-    cargo build --release -p basalt >&2
-    basalt=$PWD/target/release/basalt
-fi
+source scripts/lib/basalt-bin.sh
 nbd_basalt=127.0.0.1:20809
 nbd_qemu=127.0.0.1:20810
 nbd_memory=127.0.0.1:20811
