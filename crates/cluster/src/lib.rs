@@ -4,6 +4,7 @@
 //!   (`docs/design/metadata-keys.md`), decoded as untrusted input.
 //! - [`layout`]: volume bytes to objects to PGs, and how a primary mints object versions.
 //! - [`map`]: pools, PG tables, OSDs and volumes at one revision of the store.
+//! - [`peering`]: what a new primary decides from its members' object lists (ADR 0016).
 //!
 //! Nothing here does I/O on the store or needs a runtime: reaching the store and following the
 //! map live in `cluster-watch`, so the data-path math and the schema stay deterministic.
@@ -11,6 +12,7 @@
 pub mod keys;
 pub mod layout;
 pub mod map;
+pub mod peering;
 pub mod records;
 
 pub use layout::{mint_version, object_pg, ObjectRef};
