@@ -11,20 +11,22 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
 use types::ObjectId;
 
 use crate::layout::VERSION_COUNTER_BITS;
 
 /// An acting set and the epoch it served.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Interval {
     pub epoch: u64,
     /// Primary first.
     pub members: Vec<u32>,
 }
 
-/// What the metadata store recorded about a PG since it was last clean.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What the metadata store recorded about a PG since it was last clean
+/// (`/basalt/pg-history/<pool>/<pg>`, [`crate::PgHistoryRecord`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
     /// The last clean epoch and its set; `None` for a PG that has acknowledged nothing yet.
     pub clean: Option<Interval>,

@@ -8,6 +8,8 @@ use std::collections::BTreeSet;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::peering::History;
+
 /// The value format version this code writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -238,13 +240,14 @@ impl VolumeRecord {
     }
 }
 
-/// `/basalt/pg-history/<pool>/<pg>`.
+/// `/basalt/pg-history/<pool>/<pg>`: the sets a new primary must reach one member of
+/// (`docs/design/peering.md`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgHistoryRecord {
     #[serde(default = "format_version")]
     pub version: u32,
-    pub epoch: u64,
-    pub last_active_set: Vec<u32>,
+    #[serde(flatten)]
+    pub history: History,
 }
 
 /// `/basalt/mon/leader` (leased).
@@ -267,6 +270,19 @@ pub struct Counter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pg_history_decodes_the_documented_shape() {
+        let text = br#"{"version": 1, "clean": {"epoch": 5, "members": [3, 1, 4]}, "intervals": [{"epoch": 6, "members": [3, 1]}]}"#;
+        let record: PgHistoryRecord = decode("/basalt/pg-history/1/7", text).expect("the documented shape");
+        let clean = record.history.clean.as_ref().expect("a clean set");
+        assert_eq!((clean.epoch, clean.members.as_slice()), (5, &[3, 1, 4][..]));
+        assert_eq!(record.history.intervals.len(), 1);
+        assert_eq!(decode::<PgHistoryRecord>("k", &encode(&record)).unwrap(), record);
+        let never_clean: PgHistoryRecord = decode("k", br#"{"version": 1, "clean": null, "intervals": []}"#).unwrap();
+        assert!(never_clean.history.required().next().is_none());
+        assert!(decode::<PgHistoryRecord>("k", br#"{"version": 1, "clean": {"epoch": 5}, "intervals": []}"#).is_err());
+    }
 
     #[test]
     fn pool_round_trips_in_the_documented_shape() {
