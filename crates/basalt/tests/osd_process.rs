@@ -68,9 +68,13 @@ struct Osd {
 
 impl Osd {
     fn start(store: &Store, data: &Path) -> Osd {
+        Osd::start_with_lease(store, data, LEASE_TTL_S)
+    }
+
+    fn start_with_lease(store: &Store, data: &Path, lease_ttl_s: u64) -> Osd {
         let mut child = Command::new(BASALT)
             .args(["osd", "--etcd", &store.url, "--listen", "127.0.0.1:0", "--host", "node-a", "--tags", "ssd,fast"])
-            .args(["--lease-ttl", &LEASE_TTL_S.to_string(), "--data"])
+            .args(["--lease-ttl", &lease_ttl_s.to_string(), "--data"])
             .arg(data)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -190,4 +194,77 @@ fn osd_refuses_a_drive_that_was_not_formatted() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is not a Basalt engine") && stderr.contains("basalt osd init"), "{stderr}");
+}
+
+/// `POST /api/v1/osds/{osd}/down-report` on the mon at `api`; the answer's JSON.
+fn report_down(api: std::net::SocketAddr, osd: u32, incarnation: i64) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let body = format!("{{\"incarnation\": {incarnation}}}");
+    let mut stream = std::net::TcpStream::connect(api).expect("connect to the mon");
+    write!(
+        stream,
+        "POST /api/v1/osds/{osd}/down-report HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the mon's answer");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let json = response.split("\r\n\r\n").nth(1).expect("a body");
+    serde_json::from_str(json).unwrap_or_else(|error| panic!("{error}: {json}"))
+}
+
+#[test]
+fn a_reported_osd_that_refuses_the_mons_connect_loses_its_lease_at_once() {
+    let store = Store::serve();
+    let data = data_path(&store, "osd.img");
+    init(&data);
+    // A lease far longer than the test: only the report can take the key away in time.
+    let osd = Osd::start_with_lease(&store, &data, 60);
+    let (mon, api) = store.runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let api = listener.local_addr().unwrap();
+        let mon = mon::Mon::start(store.store.clone(), mon::MonConfig::new("t", store.url.clone()), listener, None)
+            .await
+            .expect("start the mon");
+        (mon, api)
+    });
+    let live: OsdLiveRecord = store.get(&keys::osd_live(1)).expect("the liveness key");
+
+    // A living OSD, or a report about another incarnation, keeps its lease.
+    let answer = report_down(api, 1, live.incarnation);
+    assert_eq!((answer["down"].as_bool(), answer["revoked"].as_bool()), (Some(false), Some(false)), "{answer}");
+    assert!(answer["reason"].as_str().unwrap().contains("accepts connections"), "{answer}");
+    let (_, _) = osd.stop(libc::SIGKILL, Duration::from_secs(5));
+    let answer = report_down(api, 1, live.incarnation + 1);
+    assert_eq!(answer["revoked"].as_bool(), Some(false), "{answer}");
+    assert!(answer["reason"].as_str().unwrap().contains("restarted since"), "{answer}");
+    assert!(store.get::<OsdLiveRecord>(&keys::osd_live(1)).is_some());
+
+    // Killed: the mon's own connect is refused, and the key goes with the report.
+    let reported = Instant::now();
+    let answer = report_down(api, 1, live.incarnation);
+    assert_eq!((answer["down"].as_bool(), answer["revoked"].as_bool()), (Some(true), Some(true)), "{answer}");
+    assert!(store.get::<OsdLiveRecord>(&keys::osd_live(1)).is_none(), "the liveness key outlived the report");
+    assert!(reported.elapsed() < Duration::from_secs(2), "the report took {:?}", reported.elapsed());
+    let answer = report_down(api, 1, live.incarnation);
+    assert_eq!((answer["down"].as_bool(), answer["revoked"].as_bool()), (Some(true), Some(false)), "{answer}");
+
+    // With fast down detection off, a mon never revokes on a report.
+    let osd = Osd::start_with_lease(&store, &data, 60);
+    let live: OsdLiveRecord = store.get(&keys::osd_live(1)).expect("registered again");
+    let (_, _) = osd.stop(libc::SIGKILL, Duration::from_secs(5));
+    let (cautious, cautious_api) = store.runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let api = listener.local_addr().unwrap();
+        let mut config = mon::MonConfig::new("cautious", store.url.clone());
+        config.fast_down = false;
+        (mon::Mon::start(store.store.clone(), config, listener, None).await.expect("start the mon"), api)
+    });
+    let answer = report_down(cautious_api, 1, live.incarnation);
+    assert_eq!(answer["revoked"].as_bool(), Some(false), "{answer}");
+    assert!(answer["reason"].as_str().unwrap().contains("fast down detection is off"), "{answer}");
+    assert!(store.get::<OsdLiveRecord>(&keys::osd_live(1)).is_some());
+    drop(cautious);
+    drop(mon);
 }

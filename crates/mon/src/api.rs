@@ -14,7 +14,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use cluster::records::decode;
 use cluster::{keys, ClusterMap, LeaderRecord};
@@ -22,8 +22,9 @@ use meta::MetaStore;
 use serde::de::DeserializeOwned;
 
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
+use crate::down_report::{self, DownReport};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
-use crate::views::{VolumeList, VolumeView};
+use crate::views::{DownReportView, VolumeList, VolumeView};
 use crate::Shared;
 
 /// The API's routes on top of `shared`'s store.
@@ -36,7 +37,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/volumes", get(list_volumes).post(create_volume))
         .route("/volumes/{name}", get(get_volume).patch(resize_volume).delete(delete_volume))
         .route("/osds", get(list_osds))
-        .route("/osds/tree", get(osd_tree));
+        .route("/osds/tree", get(osd_tree))
+        .route("/osds/{id}/down-report", post(report_down));
     Router::new()
         .nest("/api/v1", api)
         .fallback(unknown_path)
@@ -283,4 +285,16 @@ async fn list_osds(State(shared): State<Arc<Shared>>) -> ApiResult<Json<OsdList>
 async fn osd_tree(State(shared): State<Arc<Shared>>) -> ApiResult<Json<OsdTree>> {
     let map = cluster_watch::load(shared.store.as_ref()).await?;
     Ok(Json(views::osd_tree(&map)))
+}
+
+/// Someone saw the OSD's connection refused: check, and revoke its lease if the mon sees it too.
+async fn report_down(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Body(report): Body<DownReport>,
+) -> ApiResult<Json<DownReportView>> {
+    let osd: u32 = id
+        .parse()
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("{id:?} is not an OSD id (a number)")))?;
+    Ok(Json(down_report::handle(shared.store.as_ref(), shared.config.fast_down, osd, report).await?))
 }

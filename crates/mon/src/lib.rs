@@ -14,6 +14,7 @@
 
 pub mod admin;
 mod api;
+mod down_report;
 mod leader;
 pub mod pg_tables;
 pub mod reaper;
@@ -65,6 +66,9 @@ pub struct MonConfig {
     /// missing bytes. With it off, a PG keeps its members (writes to a PG with a member down
     /// wait until it returns: unavailable, never inconsistent), and only new pools use new OSDs.
     pub remap_on_osd_change: bool,
+    /// Whether a reported OSD whose address refuses the mon's own connect loses its lease at
+    /// once (ADR 0015). Off where the network may answer for a living OSD with resets.
+    pub fast_down: bool,
 }
 
 impl MonConfig {
@@ -77,6 +81,7 @@ impl MonConfig {
             keep_alive_interval: KEEP_ALIVE_INTERVAL_DEFAULT,
             liveness_grace: LIVENESS_GRACE_DEFAULT,
             remap_on_osd_change: false,
+            fast_down: true,
         }
     }
 }
@@ -118,6 +123,7 @@ pub(crate) struct ResolvedConfig {
     pub keep_alive_interval: Duration,
     pub liveness_grace: Duration,
     pub remap_on_osd_change: bool,
+    pub fast_down: bool,
 }
 
 /// A running mon. Dropping it stops its tasks abruptly (as a crash would: the leader lease then
@@ -155,6 +161,7 @@ impl Mon {
                 keep_alive_interval: config.keep_alive_interval,
                 liveness_grace: config.liveness_grace,
                 remap_on_osd_change: config.remap_on_osd_change,
+                fast_down: config.fast_down,
             },
             progress: Default::default(),
             role,

@@ -107,6 +107,17 @@ pub struct OsdView {
     pub primary_pgs: u64,
 }
 
+/// The answer to `POST /osds/{id}/down-report`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownReportView {
+    pub osd: u32,
+    /// The OSD has no liveness key any more.
+    pub down: bool,
+    /// This report made the mon revoke its lease.
+    pub revoked: bool,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OsdList {
     pub osds: Vec<OsdView>,

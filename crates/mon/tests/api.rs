@@ -182,6 +182,18 @@ async fn bad_requests_get_a_4xx_that_names_the_problem() {
         "several pools and none is named \"default\"",
     )
     .await;
+
+    // Down reports: the body and the id are checked; an OSD the store does not know is down.
+    check(api, "POST", "/osds/x/down-report", Some(json!({"incarnation": 1})), 400, "\"x\" is not an OSD id").await;
+    check(api, "POST", "/osds/1/down-report", Some(json!({})), 400, "missing field `incarnation`").await;
+    check(api, "POST", "/osds/1/down-report", Some(json!({"incarnation": 1, "by": 2})), 400, "unknown field `by`")
+        .await;
+    let (status, answer) = http(api, "POST", "/osds/9/down-report", Some(json!({"incarnation": 5}))).await;
+    assert_eq!(
+        (status, answer["down"].as_bool(), answer["revoked"].as_bool()),
+        (200, Some(true), Some(false)),
+        "{answer}"
+    );
     mon.shutdown().await;
 }
 

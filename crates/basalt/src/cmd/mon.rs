@@ -39,6 +39,18 @@ pub struct Args {
     /// The mon's name in the leader record and logs [default: the host name].
     #[arg(long = "id", value_name = "NAME")]
     pub id: Option<String>,
+    /// Revoke the lease of a reported OSD whose address refuses the mon's own connect (ADR 0015);
+    /// `off` where the network may answer for a living OSD with resets (firewall REJECT rules).
+    #[arg(long = "fast-down", value_name = "on|off", default_value = "on", value_parser = parse_on_off)]
+    pub fast_down: bool,
+}
+
+fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?} is neither on nor off")),
+    }
 }
 
 pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
@@ -76,7 +88,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     };
     let listener =
         TcpListener::bind(&args.api).await.with_context(|| format!("cannot listen on {} for the API", args.api))?;
-    let config = MonConfig::new(args.id.unwrap_or_else(host_name), meta_url);
+    let mut config = MonConfig::new(args.id.unwrap_or_else(host_name), meta_url);
+    config.fast_down = args.fast_down;
     // The leader removes deleted volumes' objects through the data path.
     let client = client::Client::with_store(store.clone()).await.context("cannot start the client library")?;
     let reaper: Arc<dyn mon::VolumeReaper> = Arc::new(crate::reaper::ClientReaper::new(client));
