@@ -130,12 +130,17 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
+    /// The mon's API address: `--api`, else `BASALT_API`, else the default.
+    pub fn api(&self) -> String {
+        api_address(self.api.as_deref())
+    }
+
     /// The metadata store URL: `--etcd`, else the one the mon's API names.
     pub fn meta_url(&self) -> anyhow::Result<String> {
         if let Some(url) = &self.meta_url {
             return Ok(url.clone());
         }
-        let api = api_address(self.api.as_deref());
+        let api = self.api();
         let cluster = ApiClient::new(&api).get("/cluster")?;
         cluster["meta_url"]
             .as_str()
@@ -158,9 +163,14 @@ impl ClientArgs {
         std::time::Duration::from_micros(self.client_spin_us)
     }
 
-    /// Client library options with these settings.
-    pub fn options(&self) -> client::ClientOptions {
-        client::ClientOptions { spin_limit: self.spin_limit(), ..client::ClientOptions::default() }
+    /// Client library options with these settings; OSDs whose connections are refused are
+    /// reported to the mon at `api` (ADR 0015).
+    pub fn options(&self, api: &str) -> client::ClientOptions {
+        client::ClientOptions {
+            spin_limit: self.spin_limit(),
+            down_reporter: Some(crate::down_reporter::MonReporter::new(api.to_string())),
+            ..client::ClientOptions::default()
+        }
     }
 }
 

@@ -35,11 +35,11 @@ pub struct Gateway {
 
 impl Gateway {
     /// Starts the gateway thread, connects the client and binds `listen` (and `unix`, if
-    /// given); returns once it serves, or with the reason it cannot. `spin_limit` bounds the
-    /// adaptive polling of the client's calls and of idle NBD connections (zero: none).
+    /// given); returns once it serves, or with the reason it cannot. `options.spin_limit` bounds
+    /// the adaptive polling of the client's calls and of idle NBD connections (zero: none).
     pub fn start(
         cluster: Cluster,
-        spin_limit: Duration,
+        options: client::ClientOptions,
         listen: String,
         unix: Option<PathBuf>,
     ) -> anyhow::Result<Gateway> {
@@ -55,7 +55,7 @@ impl Gateway {
                         return;
                     }
                 };
-                runtime.block_on(serve(cluster, spin_limit, listen, unix, ready_tx, stop_rx));
+                runtime.block_on(serve(cluster, options, listen, unix, ready_tx, stop_rx));
             })
             .context("cannot start the gateway thread")?;
         let address = match ready_rx.recv() {
@@ -101,14 +101,14 @@ impl Drop for Gateway {
 
 async fn serve(
     cluster: Cluster,
-    spin_limit: Duration,
+    options: client::ClientOptions,
     listen: String,
     unix: Option<PathBuf>,
     ready: std::sync::mpsc::Sender<anyhow::Result<SocketAddr>>,
     stop: oneshot::Receiver<()>,
 ) {
     let started = async {
-        let options = client::ClientOptions { spin_limit, ..client::ClientOptions::default() };
+        let spin_limit = options.spin_limit;
         let client = match cluster {
             Cluster::Url(url) => client::Client::connect_with(&url, options)
                 .await

@@ -8,6 +8,7 @@
 mod api_client;
 mod cmd;
 mod device;
+mod down_reporter;
 mod gateway;
 mod pipeline;
 mod reaper;

@@ -4,7 +4,7 @@
 //! to every OSD that left the map or moved to another address, so calls waiting on a dead OSD
 //! fail at once and retry at the PG's new primary instead of waiting for their deadline.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -33,6 +33,8 @@ pub(crate) struct ClientInner {
     map: watch::Receiver<Arc<ClusterMap>>,
     connections: Mutex<HashMap<u32, OsdConnection>>,
     pub(crate) options: ClientOptions,
+    /// The OSD incarnations already reported to `options.down_reporter`.
+    reported: Mutex<HashSet<(u32, i64)>>,
 }
 
 /// The connection to one OSD at one address; the cell is empty until the first call connects.
@@ -70,7 +72,14 @@ impl Client {
     ) -> Result<Client, ClientError> {
         let watcher = MapWatcher::start(store.clone()).await?;
         let map = watcher.subscribe();
-        let inner = Arc::new(ClientInner { store, watcher, map, connections: Mutex::new(HashMap::new()), options });
+        let inner = Arc::new(ClientInner {
+            store,
+            watcher,
+            map,
+            connections: Mutex::new(HashMap::new()),
+            options,
+            reported: Mutex::new(HashSet::new()),
+        });
         tokio::spawn(close_departed_osds(Arc::downgrade(&inner), inner.watcher.subscribe()));
         Ok(Client { inner })
     }
@@ -153,7 +162,12 @@ impl Client {
                         connection.set_spin_limit(spin_limit);
                         Ok(connection)
                     }
-                    Ok(Err(error)) => Err(ConnectError { reason: error.to_string() }),
+                    Ok(Err(error)) => {
+                        if is_refusal(&error) {
+                            self.report_down(osd, address);
+                        }
+                        Err(ConnectError { reason: error.to_string() })
+                    }
                     Err(_) => Err(ConnectError {
                         reason: format!("cannot connect to {address}: no answer within {} ms", timeout.as_millis()),
                     }),
@@ -161,6 +175,23 @@ impl Client {
             })
             .await?;
         Ok(connection.clone())
+    }
+
+    /// Tells the down reporter, once per incarnation, that `osd` refused a connection at
+    /// `address` (if the map still names that address for it).
+    fn report_down(&self, osd: u32, address: &str) {
+        let Some(reporter) = &self.inner.options.down_reporter else { return };
+        let incarnation = {
+            let map = self.inner.map.borrow();
+            match (map.address(osd), map.live.get(&osd)) {
+                (Some(current), Some(live)) if current == address => live.incarnation,
+                _ => return,
+            }
+        };
+        if self.inner.reported.lock().expect("reported set lock poisoned").insert((osd, incarnation)) {
+            tracing::warn!(osd, incarnation, address, "connection refused: reporting the osd as down");
+            reporter.report(osd, incarnation);
+        }
     }
 
     /// Closes the connection to `osd` if it is `connection` (a call on it got no reply in time).
@@ -225,5 +256,18 @@ fn check_volume(map: &ClusterMap, record: &VolumeRecord) -> Result<(), ClientErr
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client").field("store", &self.inner.store.endpoint()).finish_non_exhaustive()
+    }
+}
+
+/// Whether a failed connect proves nothing listens at the address: refused over TCP, or a Unix
+/// socket that is refused or gone.
+fn is_refusal(error: &net::NetError) -> bool {
+    match error {
+        net::NetError::Connect { address, source } => match source.kind() {
+            std::io::ErrorKind::ConnectionRefused => true,
+            std::io::ErrorKind::NotFound => address.starts_with("unix:"),
+            _ => false,
+        },
+        _ => false,
     }
 }

@@ -31,6 +31,7 @@ mod volume;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use client::Client;
@@ -46,8 +47,15 @@ pub const PIECES_IN_FLIGHT_MAX: usize = 64;
 /// Objects one `Volume::allocation` call asks about (a block-status query may get a prefix).
 pub const ALLOCATION_OBJECTS_MAX: usize = 1024;
 
+/// Told of an OSD whose connection was refused: no process listens at its address, so it is
+/// probably gone (ADR 0015). The gateway passes it on to the mon, which checks for itself.
+/// Called once per OSD incarnation, from a runtime thread: an implementation must not block.
+pub trait DownReporter: Send + Sync {
+    fn report(&self, osd: u32, incarnation: i64);
+}
+
 /// Tuning of a [`Client`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientOptions {
     /// How long a piece of a call may wait, in total, for its PG to get a primary that serves
     /// it (across map changes, busy replies and reconnects) before the call fails with
@@ -63,6 +71,21 @@ pub struct ClientOptions {
     /// trips average within it (adaptive polling, `net::Connection::set_spin_limit`); zero
     /// never polls. Polls only on a `current_thread` runtime.
     pub spin_limit: Duration,
+    /// Who hears of OSDs whose connections are refused; `None` tells no one.
+    pub down_reporter: Option<Arc<dyn DownReporter>>,
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("retry_deadline", &self.retry_deadline)
+            .field("retry_backoff_min", &self.retry_backoff_min)
+            .field("retry_backoff_max", &self.retry_backoff_max)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("spin_limit", &self.spin_limit)
+            .field("down_reporter", &self.down_reporter.is_some())
+            .finish()
+    }
 }
 
 impl Default for ClientOptions {
@@ -73,6 +96,7 @@ impl Default for ClientOptions {
             retry_backoff_max: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(3),
             spin_limit: Duration::ZERO,
+            down_reporter: None,
         }
     }
 }

@@ -455,6 +455,44 @@ async fn a_primary_that_cannot_be_reached_is_replaced_when_the_map_moves_the_pg(
     assert_eq!(osd.seen().len(), 1);
 }
 
+/// Collects what a client reports.
+#[derive(Default)]
+struct Reports(Mutex<Vec<(u32, i64)>>);
+
+impl crate::DownReporter for Reports {
+    fn report(&self, osd: u32, incarnation: i64) {
+        self.0.lock().unwrap().push((osd, incarnation));
+    }
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_reported_once_per_incarnation() {
+    let cluster = Cluster::new().await;
+    let unreachable = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_address = unreachable.local_addr().unwrap().to_string();
+    drop(unreachable);
+    cluster.put_live(3, &dead_address).await;
+    cluster.set_pgs(1, 3).await;
+    let reports = Arc::new(Reports::default());
+    let options = ClientOptions {
+        retry_deadline: Duration::from_millis(300),
+        down_reporter: Some(reports.clone()),
+        ..ClientOptions::default()
+    };
+    let volume = cluster.client(options).await.open_volume("vol").await.unwrap();
+    // Every retry is refused; the OSD is reported once.
+    assert!(volume.write(0, pattern(1, 4 * KIB)).await.is_err());
+    assert!(volume.write(0, pattern(1, 4 * KIB)).await.is_err());
+    assert_eq!(*reports.0.lock().unwrap(), [(3, 1)]);
+
+    // An OSD that does not answer is not reported: silence proves nothing.
+    let silent = cluster.osd(4, Mode::Silent).await;
+    cluster.set_pgs(2, 4).await;
+    assert!(volume.write(0, pattern(1, 4 * KIB)).await.is_err());
+    assert_eq!(reports.0.lock().unwrap().len(), 1);
+    drop(silent);
+}
+
 #[tokio::test]
 async fn calls_waiting_on_an_osd_that_leaves_the_map_move_to_the_new_primary() {
     let cluster = Cluster::new().await;

@@ -172,7 +172,7 @@ fn workload_name(rw: Rw, block_size_bytes: u64, queue_depth: usize) -> String {
 }
 
 async fn run_workload(global: Global, args: &Args, meta_url: &str) -> anyhow::Result<Outcome> {
-    let client = Client::connect_with(meta_url, args.client.options())
+    let client = Client::connect_with(meta_url, args.client.options(&args.cluster.api()))
         .await
         .with_context(|| format!("cannot reach the metadata store at {meta_url}"))?;
     let volume = client.open_volume(&args.volume).await?;

@@ -147,8 +147,8 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
 
     let gateway = {
         let (store, listen, unix) = (store.clone(), args.nbd.clone(), args.unix.clone());
-        let spin_limit = args.client.spin_limit();
-        tokio::task::spawn_blocking(move || Gateway::start(GatewayCluster::Store(store), spin_limit, listen, unix))
+        let options = args.client.options(&api_address.to_string());
+        tokio::task::spawn_blocking(move || Gateway::start(GatewayCluster::Store(store), options, listen, unix))
             .await??
     };
     let nbd_address = gateway.address();

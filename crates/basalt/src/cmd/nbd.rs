@@ -25,7 +25,8 @@ pub struct Args {
 pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     stderr_log::install(if global.quiet { Level::WARN } else { Level::INFO });
     let meta_url = args.cluster.meta_url()?;
-    let gateway = Gateway::start(Cluster::Url(meta_url.clone()), args.client.spin_limit(), args.listen, args.unix)?;
+    let options = args.client.options(&args.cluster.api());
+    let gateway = Gateway::start(Cluster::Url(meta_url.clone()), options, args.listen, args.unix)?;
     println!("basalt nbd ready: nbd://{}/ meta={meta_url}", gateway.address());
     // The gateway has a thread of its own; this one only waits for the signal to stop.
     let runtime =
