@@ -168,7 +168,7 @@ impl ClientArgs {
     pub fn options(&self, api: &str) -> client::ClientOptions {
         client::ClientOptions {
             spin_limit: self.spin_limit(),
-            down_reporter: Some(crate::down_reporter::MonReporter::new(api.to_string())),
+            down_reporter: Some(crate::down_reporter::MonReporter::api(api.to_string())),
             ..client::ClientOptions::default()
         }
     }

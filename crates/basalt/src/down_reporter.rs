@@ -1,28 +1,65 @@
-//! Passes the client library's reports of refused OSDs to the mon's API
-//! (`POST /api/v1/osds/{id}/down-report`, ADR 0015), off the data path's threads.
+//! Passes reports of OSDs whose address refuses connections (from the client library and from
+//! OSDs about their peers) to the mon's API (`POST /api/v1/osds/{id}/down-report`, ADR 0015),
+//! off the data path's threads.
 
 use std::sync::Arc;
 
+use cluster::records::decode;
+use cluster::{keys, LeaderRecord};
+
 use crate::api_client::ApiClient;
 
-/// Reports to the mon at one API address; each report runs on a short-lived thread of its own,
-/// so a slow or absent mon never holds up I/O.
-pub struct MonReporter {
-    api: String,
+/// Where the reports go; each runs on a short-lived thread of its own, so a slow or absent mon
+/// never holds up I/O.
+#[derive(Debug)]
+pub enum MonReporter {
+    /// The mon API at this address.
+    Api(String),
+    /// The leading mon, found in the metadata store at this URL when a report is due (a daemon
+    /// that knows the store but not the API).
+    Leader(String),
 }
 
 impl MonReporter {
-    pub fn new(api: String) -> Arc<MonReporter> {
-        Arc::new(MonReporter { api })
+    pub fn api(address: String) -> Arc<MonReporter> {
+        Arc::new(MonReporter::Api(address))
+    }
+
+    pub fn leader(meta_url: String) -> Arc<MonReporter> {
+        Arc::new(MonReporter::Leader(meta_url))
+    }
+
+    /// The API address to report to.
+    fn address(&self) -> anyhow::Result<String> {
+        match self {
+            MonReporter::Api(address) => Ok(address.clone()),
+            MonReporter::Leader(meta_url) => {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                runtime.block_on(async {
+                    let store = cluster_watch::connect(meta_url).await?;
+                    let kv = store
+                        .get(keys::MON_LEADER)
+                        .await?
+                        .ok_or_else(|| anyhow::anyhow!("no mon leads the cluster at {meta_url}"))?;
+                    let leader: LeaderRecord = decode(keys::MON_LEADER, &kv.value)?;
+                    Ok(leader.address)
+                })
+            }
+        }
     }
 }
 
-impl client::DownReporter for MonReporter {
+impl net::DownReporter for MonReporter {
     fn report(&self, osd: u32, incarnation: i64) {
-        let api = self.api.clone();
+        let target = match self {
+            MonReporter::Api(address) => MonReporter::Api(address.clone()),
+            MonReporter::Leader(meta_url) => MonReporter::Leader(meta_url.clone()),
+        };
         let spawned = std::thread::Builder::new().name("down-report".into()).spawn(move || {
             let body = serde_json::json!({ "incarnation": incarnation });
-            match ApiClient::new(&api).post(&format!("/osds/{osd}/down-report"), &body) {
+            let answer =
+                target.address().and_then(|api| ApiClient::new(&api).post(&format!("/osds/{osd}/down-report"), &body));
+            match answer {
                 Ok(answer) => tracing::info!(osd, incarnation, answer = %answer, "reported the osd to the mon"),
                 Err(error) => tracing::warn!(osd, incarnation, %error, "could not report the osd to the mon"),
             }

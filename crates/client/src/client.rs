@@ -163,7 +163,7 @@ impl Client {
                         Ok(connection)
                     }
                     Ok(Err(error)) => {
-                        if is_refusal(&error) {
+                        if error.is_refusal() {
                             self.report_down(osd, address);
                         }
                         Err(ConnectError { reason: error.to_string() })
@@ -256,18 +256,5 @@ fn check_volume(map: &ClusterMap, record: &VolumeRecord) -> Result<(), ClientErr
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client").field("store", &self.inner.store.endpoint()).finish_non_exhaustive()
-    }
-}
-
-/// Whether a failed connect proves nothing listens at the address: refused over TCP, or a Unix
-/// socket that is refused or gone.
-fn is_refusal(error: &net::NetError) -> bool {
-    match error {
-        net::NetError::Connect { address, source } => match source.kind() {
-            std::io::ErrorKind::ConnectionRefused => true,
-            std::io::ErrorKind::NotFound => address.starts_with("unix:"),
-            _ => false,
-        },
-        _ => false,
     }
 }

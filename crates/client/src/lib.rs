@@ -47,15 +47,10 @@ pub const PIECES_IN_FLIGHT_MAX: usize = 64;
 /// Objects one `Volume::allocation` call asks about (a block-status query may get a prefix).
 pub const ALLOCATION_OBJECTS_MAX: usize = 1024;
 
-/// Told of an OSD whose connection was refused: no process listens at its address, so it is
-/// probably gone (ADR 0015). The gateway passes it on to the mon, which checks for itself.
-/// Called once per OSD incarnation, from a runtime thread: an implementation must not block.
-pub trait DownReporter: Send + Sync {
-    fn report(&self, osd: u32, incarnation: i64);
-}
+pub use net::DownReporter;
 
 /// Tuning of a [`Client`].
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// How long a piece of a call may wait, in total, for its PG to get a primary that serves
     /// it (across map changes, busy replies and reconnects) before the call fails with
@@ -73,19 +68,6 @@ pub struct ClientOptions {
     pub spin_limit: Duration,
     /// Who hears of OSDs whose connections are refused; `None` tells no one.
     pub down_reporter: Option<Arc<dyn DownReporter>>,
-}
-
-impl std::fmt::Debug for ClientOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientOptions")
-            .field("retry_deadline", &self.retry_deadline)
-            .field("retry_backoff_min", &self.retry_backoff_min)
-            .field("retry_backoff_max", &self.retry_backoff_max)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("spin_limit", &self.spin_limit)
-            .field("down_reporter", &self.down_reporter.is_some())
-            .finish()
-    }
 }
 
 impl Default for ClientOptions {

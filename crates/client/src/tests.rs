@@ -456,7 +456,7 @@ async fn a_primary_that_cannot_be_reached_is_replaced_when_the_map_moves_the_pg(
 }
 
 /// Collects what a client reports.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Reports(Mutex<Vec<(u32, i64)>>);
 
 impl crate::DownReporter for Reports {

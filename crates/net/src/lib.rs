@@ -63,6 +63,26 @@ impl NetError {
             NetError::Malformed { peer, .. } | NetError::Closed { peer, .. } => peer,
         }
     }
+
+    /// Whether a failed connect proves nothing listens at the address: refused over TCP, or a
+    /// Unix socket that is refused or gone (ADR 0015). A timeout or any other error does not.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            NetError::Connect { address, source } => match source.kind() {
+                std::io::ErrorKind::ConnectionRefused => true,
+                std::io::ErrorKind::NotFound => address.starts_with(UNIX_PREFIX),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// Told of an OSD whose address refused a connection: no process listens there, so it is
+/// probably gone (ADR 0015). Passed on to the mon, which checks for itself. Called once per OSD
+/// incarnation, from a runtime thread: an implementation must not block.
+pub trait DownReporter: Send + Sync + std::fmt::Debug {
+    fn report(&self, osd: u32, incarnation: i64);
 }
 
 #[cfg(test)]

@@ -63,6 +63,8 @@ pub struct OsdConfig {
     /// Submission ring entries of the drive's io_uring.
     pub queue_depth: u32,
     pub engine: engine::EngineOptions,
+    /// Who hears of peers whose address refuses this OSD's connect (ADR 0015); `None`: no one.
+    pub down_reporter: Option<std::sync::Arc<dyn net::DownReporter>>,
 }
 
 impl OsdConfig {
@@ -85,6 +87,7 @@ impl OsdConfig {
             shutdown_timeout: Duration::from_secs(3),
             queue_depth: 256,
             engine: engine::EngineOptions::default(),
+            down_reporter: None,
         }
     }
 

@@ -230,7 +230,11 @@ async fn daemon(
         id,
         engine.clone(),
         liveness.clone(),
-        Peers::new(config.connect_timeout, config.secondary_timeout),
+        Peers::new(
+            config.connect_timeout,
+            config.secondary_timeout,
+            refusal_reporter(id, &config, watcher.subscribe()),
+        ),
         watcher.subscribe(),
         config.epoch_wait,
     ));
@@ -323,4 +327,34 @@ fn advertised(config: &OsdConfig, bound: SocketAddr) -> Result<String, OsdError>
         });
     }
     Ok(bound.to_string())
+}
+
+/// What the OSD does with a peer whose address refused its connect: tell `config.down_reporter`,
+/// once per incarnation, if the map still names that address for the peer.
+fn refusal_reporter(
+    id: u32,
+    config: &OsdConfig,
+    map: tokio::sync::watch::Receiver<Arc<cluster::ClusterMap>>,
+) -> Box<dyn Fn(u32, &str)> {
+    let Some(reporter) = config.down_reporter.clone() else { return Box::new(|_, _| {}) };
+    let reported = std::cell::RefCell::new(std::collections::HashSet::new());
+    Box::new(move |peer, address| {
+        let incarnation = {
+            let map = map.borrow();
+            match (map.address(peer), map.live.get(&peer)) {
+                (Some(current), Some(live)) if current == address => live.incarnation,
+                _ => return,
+            }
+        };
+        if reported.borrow_mut().insert((peer, incarnation)) {
+            tracing::warn!(
+                osd = id,
+                peer,
+                incarnation,
+                address,
+                "a peer's address refuses connections: reporting it as down"
+            );
+            reporter.report(peer, incarnation);
+        }
+    })
 }

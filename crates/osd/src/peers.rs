@@ -14,6 +14,8 @@ pub(crate) struct Peers {
     peers: RefCell<HashMap<u32, Rc<Peer>>>,
     connect_timeout: Duration,
     call_timeout: Duration,
+    /// Called with a peer and the address that refused a connect to it.
+    refused: Box<dyn Fn(u32, &str)>,
 }
 
 #[derive(Default)]
@@ -33,8 +35,8 @@ impl Peer {
 }
 
 impl Peers {
-    pub(crate) fn new(connect_timeout: Duration, call_timeout: Duration) -> Peers {
-        Peers { peers: RefCell::new(HashMap::new()), connect_timeout, call_timeout }
+    pub(crate) fn new(connect_timeout: Duration, call_timeout: Duration, refused: Box<dyn Fn(u32, &str)>) -> Peers {
+        Peers { peers: RefCell::new(HashMap::new()), connect_timeout, call_timeout, refused }
     }
 
     async fn connection(&self, osd: u32, address: &str) -> Result<Connection, String> {
@@ -48,7 +50,12 @@ impl Peers {
         }
         let connection = match tokio::time::timeout(self.connect_timeout, net::connect(address)).await {
             Ok(Ok(connection)) => connection,
-            Ok(Err(error)) => return Err(error.to_string()),
+            Ok(Err(error)) => {
+                if error.is_refusal() {
+                    (self.refused)(osd, address);
+                }
+                return Err(error.to_string());
+            }
             Err(_) => return Err(format!("cannot connect to {address}: no answer within {:?}", self.connect_timeout)),
         };
         tracing::debug!(osd, address, "connected to peer");

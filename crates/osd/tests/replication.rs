@@ -8,7 +8,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cluster::object_pg;
@@ -229,6 +229,37 @@ fn writes_are_not_acknowledged_while_a_member_is_down() {
     cluster.stop(survivor, Stop::Graceful);
     assert!(cluster.live(survivor).is_none(), "a clean stop revokes the lease");
     assert_eq!(status(&cluster.call(&primary, 1, write(4))), Status::Busy);
+}
+
+/// Collects what an OSD reports.
+#[derive(Debug, Default)]
+struct Reports(Mutex<Vec<(u32, i64)>>);
+
+impl net::DownReporter for Reports {
+    fn report(&self, osd: u32, incarnation: i64) {
+        self.0.lock().unwrap().push((osd, incarnation));
+    }
+}
+
+#[test]
+fn a_primary_reports_a_secondary_whose_address_refuses_it_once() {
+    let reports = Arc::new(Reports::default());
+    let mut cluster = Cluster::start_with(|config| config.down_reporter = Some(reports.clone()));
+    let (stripe, pg) = stripe_with_primary(1);
+    let base = stripe * u64::from(OBJECT_SIZE);
+    let write = |seed| Request::Write { pg, inode: INODE, offset_bytes: base, data: pattern(seed, 4096) };
+    let primary = cluster.connect(1);
+    assert_eq!(cluster.call_settled(&primary, 1, write(1)).response, Response::Write);
+    assert!(reports.0.lock().unwrap().is_empty());
+
+    let crashed = members(pg.pg)[2];
+    let incarnation = cluster.live(crashed).expect("registered").incarnation;
+    cluster.stop(crashed, Stop::Abort);
+    // The first write may find the old connection closed; the next connects and is refused.
+    for seed in 2..5 {
+        assert_eq!(status(&cluster.call(&primary, 1, write(seed))), Status::Busy);
+    }
+    assert_eq!(*reports.0.lock().unwrap(), [(crashed, incarnation)]);
 }
 
 #[test]

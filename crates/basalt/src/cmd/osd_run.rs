@@ -55,7 +55,10 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     let (Some(meta_url), Some(data_path), Some(listen)) = (args.meta_url, args.data_path, args.listen) else {
         anyhow::bail!("basalt osd needs --etcd URL, --data PATH and --listen ADDR");
     };
+    // Peers whose address refuses this OSD are reported to the mon that leads (ADR 0015).
+    let reporter = crate::down_reporter::MonReporter::leader(meta_url.clone());
     let mut config = OsdConfig::new(Metadata::Url(meta_url), data_path, listen);
+    config.down_reporter = Some(reporter);
     config.advertise_address = args.advertise;
     config.local_socket = args.local_socket;
     config.host = args.host;
