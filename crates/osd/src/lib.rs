@@ -335,7 +335,7 @@ fn refusal_reporter(
     id: u32,
     config: &OsdConfig,
     map: tokio::sync::watch::Receiver<Arc<cluster::ClusterMap>>,
-) -> Box<dyn Fn(u32, &str)> {
+) -> peers::OnRefused {
     let Some(reporter) = config.down_reporter.clone() else { return Box::new(|_, _| {}) };
     let reported = std::cell::RefCell::new(std::collections::HashSet::new());
     Box::new(move |peer, address| {

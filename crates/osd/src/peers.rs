@@ -10,12 +10,14 @@ use std::time::Duration;
 use net::{Connection, Reply};
 use wire::Request;
 
+/// Called with a peer and the address that refused a connect to it.
+pub(crate) type OnRefused = Box<dyn Fn(u32, &str)>;
+
 pub(crate) struct Peers {
     peers: RefCell<HashMap<u32, Rc<Peer>>>,
     connect_timeout: Duration,
     call_timeout: Duration,
-    /// Called with a peer and the address that refused a connect to it.
-    refused: Box<dyn Fn(u32, &str)>,
+    refused: OnRefused,
 }
 
 #[derive(Default)]
@@ -35,7 +37,7 @@ impl Peer {
 }
 
 impl Peers {
-    pub(crate) fn new(connect_timeout: Duration, call_timeout: Duration, refused: Box<dyn Fn(u32, &str)>) -> Peers {
+    pub(crate) fn new(connect_timeout: Duration, call_timeout: Duration, refused: OnRefused) -> Peers {
         Peers { peers: RefCell::new(HashMap::new()), connect_timeout, call_timeout, refused }
     }
 
