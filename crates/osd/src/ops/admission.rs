@@ -130,6 +130,13 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
         (_, Some(view)) if epoch > view.epoch => return Ok(None),
         (_, Some(view)) => view,
     };
+    // Versions keep the epoch in their top bits: a map epoch beyond them cannot be minted in.
+    if role != Role::Admin && epoch >> (u64::BITS - VERSION_COUNTER_BITS) != 0 {
+        return Err(OpError::InvalidArgument(format!(
+            "pg {}.{} epoch {epoch} is beyond what versions can hold",
+            view.pool, view.pg
+        )));
+    }
     match role {
         Role::Primary => check_primary_role(view, osd.id)?,
         Role::Secondary if !view.members.contains(&osd.id) => {
@@ -431,6 +438,13 @@ mod tests {
         assert_eq!(check(10, false, Some(view(2)), EPOCH - 1, read_in(2)), Some(Status::WrongEpoch));
         assert_eq!(check(11, false, Some(view(2)), EPOCH, read_in(2)), Some(Status::NotPrimary));
         assert_eq!(check(10, false, Some(view(2)), EPOCH, read(2, 1, 4096)), Some(Status::InvalidArgument));
+    }
+
+    #[test]
+    fn an_epoch_too_large_for_versions_is_refused() {
+        let huge = 1u64 << 24;
+        let view = PgView { epoch: huge, ..view(2) };
+        assert_eq!(check(10, true, Some(view), huge, read_in(2)), Some(Status::InvalidArgument));
     }
 
     #[test]
