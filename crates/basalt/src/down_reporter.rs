@@ -11,7 +11,7 @@ use crate::api_client::ApiClient;
 
 /// Where the reports go; each runs on a short-lived thread of its own, so a slow or absent mon
 /// never holds up I/O.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum MonReporter {
     /// The mon API at this address.
     Api(String),
@@ -51,10 +51,7 @@ impl MonReporter {
 
 impl net::DownReporter for MonReporter {
     fn report(&self, osd: u32, incarnation: i64) {
-        let target = match self {
-            MonReporter::Api(address) => MonReporter::Api(address.clone()),
-            MonReporter::Leader(meta_url) => MonReporter::Leader(meta_url.clone()),
-        };
+        let target = self.clone();
         let spawned = std::thread::Builder::new().name("down-report".into()).spawn(move || {
             let body = serde_json::json!({ "incarnation": incarnation });
             let answer =

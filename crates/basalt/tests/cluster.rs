@@ -122,15 +122,7 @@ fn try_cli(args: &[&str]) -> Option<String> {
 }
 
 fn cli(args: &[&str]) -> String {
-    let output = Command::new(BASALT).args(args).output().expect("run basalt");
-    assert!(
-        output.status.success(),
-        "basalt {} failed: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    testkit::run_ok(BASALT, args)
 }
 
 /// Writes random extents through the client, returning the volume's expected contents and the

@@ -13,15 +13,7 @@ const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
 const API: &str = "127.0.0.1:8080";
 
 fn cli(args: &[&str]) -> String {
-    let output = Command::new(BASALT).args(args).output().expect("run basalt");
-    assert!(
-        output.status.success(),
-        "basalt {} failed: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    testkit::run_ok(BASALT, args)
 }
 
 /// The ids of the OSDs the mon lists as up.

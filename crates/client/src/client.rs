@@ -181,13 +181,7 @@ impl Client {
     /// `address` (if the map still names that address for it).
     fn report_down(&self, osd: u32, address: &str) {
         let Some(reporter) = &self.inner.options.down_reporter else { return };
-        let incarnation = {
-            let map = self.inner.map.borrow();
-            match (map.address(osd), map.live.get(&osd)) {
-                (Some(current), Some(live)) if current == address => live.incarnation,
-                _ => return,
-            }
-        };
+        let Some(incarnation) = self.inner.map.borrow().incarnation_at(osd, address) else { return };
         if self.inner.reported.lock().expect("reported set lock poisoned").insert((osd, incarnation)) {
             tracing::warn!(osd, incarnation, address, "connection refused: reporting the osd as down");
             reporter.report(osd, incarnation);

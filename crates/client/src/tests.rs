@@ -207,6 +207,14 @@ impl Cluster {
         self.store.put(&keys::osd_live(id), encode(&live), None).await.unwrap();
     }
 
+    /// A liveness key for OSD `id` at an address where nothing listens (a crashed process).
+    async fn put_dead_osd(&self, id: u32) {
+        let unreachable = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dead_address = unreachable.local_addr().unwrap().to_string();
+        drop(unreachable);
+        self.put_live(id, &dead_address).await;
+    }
+
     async fn remove_live(&self, id: u32) {
         self.store.delete(&keys::osd_live(id)).await.unwrap();
     }
@@ -437,10 +445,7 @@ async fn a_pg_that_never_gets_a_serving_primary_fails_at_the_deadline_naming_it(
 #[tokio::test]
 async fn a_primary_that_cannot_be_reached_is_replaced_when_the_map_moves_the_pg() {
     let cluster = Cluster::new().await;
-    let unreachable = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let dead_address = unreachable.local_addr().unwrap().to_string();
-    drop(unreachable);
-    cluster.put_live(3, &dead_address).await;
+    cluster.put_dead_osd(3).await;
     cluster.set_pgs(1, 3).await;
     let volume = cluster.volume().await;
     let write = tokio::spawn({
@@ -468,10 +473,7 @@ impl crate::DownReporter for Reports {
 #[tokio::test]
 async fn a_refused_connection_is_reported_once_per_incarnation() {
     let cluster = Cluster::new().await;
-    let unreachable = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let dead_address = unreachable.local_addr().unwrap().to_string();
-    drop(unreachable);
-    cluster.put_live(3, &dead_address).await;
+    cluster.put_dead_osd(3).await;
     cluster.set_pgs(1, 3).await;
     let reports = Arc::new(Reports::default());
     let options = ClientOptions {

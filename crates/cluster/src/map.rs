@@ -59,6 +59,15 @@ impl ClusterMap {
         self.live.get(&osd).map(|live| live.address.as_str())
     }
 
+    /// The incarnation of `osd` if `address` is where this map reaches it: a report about a
+    /// refused address concerns the process the map names there, not a later one.
+    pub fn incarnation_at(&self, osd: u32, address: &str) -> Option<i64> {
+        if self.address(osd)? != address {
+            return None;
+        }
+        self.live.get(&osd).map(|live| live.incarnation)
+    }
+
     /// Looks again at whether `osd`'s local socket is reachable from this process.
     fn update_local_address(&mut self, osd: u32) {
         self.local_addresses.remove(&osd);

@@ -339,13 +339,7 @@ fn refusal_reporter(
     let Some(reporter) = config.down_reporter.clone() else { return Box::new(|_, _| {}) };
     let reported = std::cell::RefCell::new(std::collections::HashSet::new());
     Box::new(move |peer, address| {
-        let incarnation = {
-            let map = map.borrow();
-            match (map.address(peer), map.live.get(&peer)) {
-                (Some(current), Some(live)) if current == address => live.incarnation,
-                _ => return,
-            }
-        };
+        let Some(incarnation) = map.borrow().incarnation_at(peer, address) else { return };
         if reported.borrow_mut().insert((peer, incarnation)) {
             tracing::warn!(
                 osd = id,

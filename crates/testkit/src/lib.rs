@@ -15,6 +15,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// Runs `program` with `args` to completion and returns its stdout; panics with its output if
+/// it fails.
+pub fn run_ok(program: &str, args: &[&str]) -> String {
+    let output = std::process::Command::new(program).args(args).output().expect("run the program");
+    assert!(
+        output.status.success(),
+        "{program} {} failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Polls `condition` every 20 ms until it returns `Some`, or panics with `what` after `timeout`.
 pub fn wait_until<T>(timeout: Duration, what: &str, mut condition: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
