@@ -135,7 +135,7 @@ mod tests {
 
     fn map(pgs: Vec<(u64, Vec<u32>)>, live: &[(u32, &str)]) -> ClusterMap {
         let mut map = ClusterMap::default();
-        map.pg_tables.insert(1, PgTableRecord { version: 1, pool: 1, table_epoch: 1, pgs });
+        map.pg_tables.insert(1, PgTableRecord { version: 1, pool: 1, table_epoch: 1, pgs, targets: Vec::new() });
         for (osd, address) in live {
             map.live
                 .insert(*osd, OsdLiveRecord { version: 1, address: address.to_string(), incarnation: 1, local: None });

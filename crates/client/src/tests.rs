@@ -226,6 +226,7 @@ impl Cluster {
             pool: POOL,
             table_epoch: epoch,
             pgs: vec![(epoch, vec![primary]); PG_COUNT as usize],
+            targets: Vec::new(),
         };
         self.store.put(&keys::pg_table(POOL), encode(&table), None).await.unwrap();
     }

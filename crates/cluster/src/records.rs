@@ -131,7 +131,10 @@ impl PoolRecord {
     }
 }
 
-/// `/basalt/config/pgs/<pool>`: entry `i` of `pgs` is PG `i`, `(epoch, [primary, replicas...])`.
+/// `/basalt/config/pgs/<pool>`: entry `i` of `pgs` is PG `i`, `(epoch, [primary, replicas...])`,
+/// its acting set; entry `i` of `targets` is its target set, the OSDs placement chose for it
+/// (`docs/design/peering.md`). A record without `targets` has every PG's target set equal to
+/// its acting set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgTableRecord {
     #[serde(default = "format_version")]
@@ -139,12 +142,25 @@ pub struct PgTableRecord {
     pub pool: u32,
     pub table_epoch: u64,
     pub pgs: Vec<(u64, Vec<u32>)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<Vec<u32>>,
 }
 
 impl PgTableRecord {
+    /// The target set of PG `pg`: placement's choice, whether its OSDs are up or not.
+    pub fn target(&self, pg: usize) -> &[u32] {
+        match self.targets.get(pg) {
+            Some(target) => target,
+            None => self.pgs.get(pg).map_or(&[], |(_, acting)| acting),
+        }
+    }
+
+    /// The target sets as placement sees a table.
     pub fn to_placement(&self) -> placement::PgTable {
         placement::PgTable {
-            pgs: self.pgs.iter().map(|(_, set)| set.iter().map(|&id| placement::OsdId(id)).collect()).collect(),
+            pgs: (0..self.pgs.len())
+                .map(|pg| self.target(pg).iter().map(|&id| placement::OsdId(id)).collect())
+                .collect(),
         }
     }
 }

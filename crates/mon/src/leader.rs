@@ -276,14 +276,8 @@ async fn publish_pool(
     // A table that does not decode is not replaced: starting over at epoch 1 would let
     // operations of older epochs through.
     let previous: Option<PgTableRecord> = table_kv.as_ref().map(|kv| decode(&table_key, &kv.value)).transpose()?;
-    // Without peering and recovery, an existing table must not move data (MonConfig::remap_on_osd_change).
-    if !remap
-        && previous.as_ref().is_some_and(|table| table.pool == pool.id && table.pgs.len() == pool.pg_count as usize)
-    {
-        return Ok(());
-    }
     let osds = osd_infos(map, previous.as_ref(), in_grace);
-    let table = match next_table(&pool, &osds, previous.as_ref()) {
+    let table = match next_table(&pool, &osds, previous.as_ref(), remap) {
         TableChange::Unchanged => {
             reported.remove(&pool_id);
             return Ok(());

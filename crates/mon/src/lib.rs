@@ -59,12 +59,12 @@ pub struct MonConfig {
     pub lease_ttl: Duration,
     pub keep_alive_interval: Duration,
     pub liveness_grace: Duration,
-    /// Whether a pool's existing PGs follow OSD changes (an OSD lost or added moves PGs).
+    /// Whether a pool's existing PGs change target sets when OSDs come and go (placement
+    /// recomputed over the OSDs up now).
     ///
-    /// Off by default until peering and recovery exist: a PG moved to an OSD without its data,
-    /// or moved back to an OSD that missed writes while it was away, would serve stale or
-    /// missing bytes. With it off, a PG keeps its members (writes to a PG with a member down
-    /// wait until it returns: unavailable, never inconsistent), and only new pools use new OSDs.
+    /// Off by default until backfill exists: a PG moved to an OSD without its data would have
+    /// to copy every object first. With it off, target sets stay and acting sets follow
+    /// liveness inside them (`pg_tables.rs`), and only new pools use new OSDs.
     pub remap_on_osd_change: bool,
     /// Whether a reported OSD whose address refuses the mon's own connect loses its lease at
     /// once (ADR 0015). Off where the network may answer for a living OSD with resets.

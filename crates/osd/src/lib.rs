@@ -9,7 +9,8 @@
 //!
 //! - `registration.rs`: the OSD id and the `/basalt/osd/<id>` record.
 //! - `liveness.rs`: the leased liveness key, renewal, and fencing.
-//! - `ops/`: the ops, by role: `admission.rs` (may this OSD serve it: pure), `primary.rs`, `secondary.rs`, `connection.rs` (Flush order); `locks.rs`: per-object queues.
+//! - `ops/`: the ops, by role: `admission.rs` (may this OSD serve it: pure), `primary.rs`, `secondary.rs`, `connection.rs` (Flush order), `peering.rs` and `recovery.rs` (a new primary's peering, copying objects to members that lack them); `locks.rs`: per-object queues.
+//! - `pg_state.rs`: the PGs this OSD leads (peering, inactive, active and who is catching up); `pg_history.rs`: their history records in the store.
 //! - `peers.rs`: connections to the other members of a PG; `server.rs`: the listener.
 //!
 //! `docs/design/osd.md` describes the behaviour: ops, epochs, versions, fencing, threading.
@@ -22,6 +23,8 @@ mod liveness;
 mod locks;
 mod ops;
 mod peers;
+mod pg_history;
+mod pg_state;
 mod registration;
 mod server;
 
@@ -235,6 +238,7 @@ async fn daemon(
             config.secondary_timeout,
             refusal_reporter(id, &config, watcher.subscribe()),
         ),
+        store.clone(),
         watcher.subscribe(),
         config.epoch_wait,
     ));
@@ -249,6 +253,9 @@ async fn daemon(
         let liveness = liveness.clone();
         async move { liveness.keep_alive().await }
     });
+    // Peers the PGs this OSD leads once it may serve: members answer only a primary whose
+    // lease is current.
+    let following = tokio::task::spawn_local(osd.clone().follow_map());
     let incarnation = liveness.lease().map_or(0, |lease| lease.0);
     let local_path = local.as_ref().map(|local| local.path.as_str()).unwrap_or("none");
     tracing::info!(osd = id, %address, local = local_path, incarnation, data = %config.data_path.display(), "osd serving");
@@ -258,6 +265,7 @@ async fn daemon(
         Some(how) => how,
         None => stop.await,
     };
+    following.abort();
     if how == Stop::Abort {
         tracing::info!(osd = id, "osd stopping at once");
         return Ok(());

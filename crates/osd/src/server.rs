@@ -63,7 +63,7 @@ async fn serve(osd: Rc<Osd>, stream: Stream) {
     let peer = stream.peer_name();
     tracing::debug!(osd = osd.id, %peer, "connection accepted");
     let state = ConnectionState::default();
-    let (osd, state) = (&*osd, &state);
+    let (osd, state) = (&osd, &state);
     let result = net::serve_connection(stream, move |frame| {
         // Taken as the request is read, so a Flush knows exactly which writes came before it.
         let ticket = state.ticket(&frame);

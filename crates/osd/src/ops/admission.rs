@@ -139,7 +139,12 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
     }
     match role {
         Role::Primary => check_primary_role(view, osd.id)?,
-        Role::Secondary if !view.members.contains(&osd.id) => {
+        // Reads of what a member holds are also asked of OSDs of recorded sets that left the
+        // acting set; only changes need membership.
+        Role::Secondary
+            if !view.members.contains(&osd.id)
+                && matches!(request, Request::SecWrite { .. } | Request::SecDelete { .. }) =>
+        {
             return Err(OpError::InvalidArgument(format!(
                 "osd.{} is not a member of pg {}.{} at epoch {epoch}",
                 osd.id, view.pool, view.pg

@@ -8,7 +8,9 @@
 
 mod admission;
 mod connection;
+mod peering;
 mod primary;
+mod recovery;
 mod secondary;
 
 use std::cell::Cell;
@@ -19,7 +21,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use cluster::ClusterMap;
 use engine::{AlignedBuffer, EngineError, ObjectId, Reply, Request as EngineRequest};
-use tokio::sync::{watch, Notify};
+use meta::MetaStore;
+use tokio::sync::{watch, Notify, Semaphore};
 use wire::{Body, Frame, Opcode, PgId, Request, Response, Status};
 
 use self::admission::{Admitted, Decision, PgView, Role};
@@ -29,6 +32,10 @@ use crate::engine_io::EngineIo;
 use crate::liveness::Liveness;
 use crate::locks::ObjectLocks;
 use crate::peers::Peers;
+use crate::pg_state::PgStates;
+
+/// How long a client's op waits for its PG to finish peering before answering `Busy`.
+const PEERING_WAIT: Duration = Duration::from_secs(5);
 
 /// Why an op failed; [`OpError::status`] decides what the requester sees. Every variant that
 /// answers `Busy` is a condition the requester outlives by retrying.
@@ -64,6 +71,16 @@ pub(crate) enum OpError {
     SecondaryAnsweredOther { osd: u32, opcode: Opcode },
     #[error("object {object} is at version {current:#x}, newer than {version:#x}")]
     NewerVersionHeld { object: ObjectId, version: u64, current: u64 },
+    #[error("pg {}.{} is peering at epoch {epoch}", pg.pool, pg.pg)]
+    PgPeering { pg: PgId, epoch: u64 },
+    #[error("pg {}.{} is inactive: {reason}", pg.pool, pg.pg)]
+    PgInactive { pg: PgId, reason: String },
+    #[error("pg {}.{}: member osd.{osd} has not been listed yet", pg.pool, pg.pg)]
+    MemberNotListed { pg: PgId, osd: u32 },
+    #[error("pg {}.{}: its history changed under this primary", pg.pool, pg.pg)]
+    HistoryChanged { pg: PgId },
+    #[error("pg {}.{}: cannot record its acting set: {reason}", pg.pool, pg.pg)]
+    HistoryNotRecorded { pg: PgId, reason: String },
     #[error("engine: {0}")]
     Engine(#[from] EngineError),
 }
@@ -91,7 +108,12 @@ impl OpError {
             | OpError::SecondaryAtOtherEpoch { .. }
             | OpError::SecondaryFailed { .. }
             | OpError::SecondaryAnsweredOther { .. }
-            | OpError::NewerVersionHeld { .. } => Status::Busy,
+            | OpError::NewerVersionHeld { .. }
+            | OpError::PgPeering { .. }
+            | OpError::PgInactive { .. }
+            | OpError::MemberNotListed { .. }
+            | OpError::HistoryChanged { .. }
+            | OpError::HistoryNotRecorded { .. } => Status::Busy,
         }
     }
 }
@@ -115,10 +137,15 @@ pub(crate) struct Osd {
     pub(crate) engine: Rc<EngineIo>,
     pub(crate) liveness: Rc<Liveness>,
     pub(crate) peers: Peers,
+    store: Arc<dyn MetaStore>,
+    pub(crate) pgs: PgStates,
+    peering_slots: Rc<Semaphore>,
     object_size_bytes: u32,
     map: watch::Receiver<Arc<ClusterMap>>,
     locks: ObjectLocks,
     epoch_wait: Duration,
+    /// How long a client's op waits for its PG to finish peering before answering `Busy`.
+    peering_wait: Duration,
     ops_in_flight: Cell<usize>,
     ops_idle: Notify,
     stopping: Cell<bool>,
@@ -145,6 +172,7 @@ impl Osd {
         engine: Rc<EngineIo>,
         liveness: Rc<Liveness>,
         peers: Peers,
+        store: Arc<dyn MetaStore>,
         map: watch::Receiver<Arc<ClusterMap>>,
         epoch_wait: Duration,
     ) -> Osd {
@@ -154,10 +182,14 @@ impl Osd {
             engine,
             liveness,
             peers,
+            store,
+            pgs: PgStates::default(),
+            peering_slots: Rc::new(Semaphore::new(peering::PEERING_CONCURRENCY)),
             object_size_bytes,
             map,
             locks: ObjectLocks::default(),
             epoch_wait,
+            peering_wait: PEERING_WAIT,
             ops_in_flight: Cell::new(0),
             ops_idle: Notify::new(),
             stopping: Cell::new(false),
@@ -181,7 +213,7 @@ impl Osd {
     }
 
     /// Serves one request frame and returns its reply frame.
-    pub(crate) async fn handle(&self, frame: Frame, connection: &ConnectionState, ticket: Ticket<'_>) -> Frame {
+    pub(crate) async fn handle(self: &Rc<Self>, frame: Frame, connection: &ConnectionState, ticket: Ticket<'_>) -> Frame {
         let request_id = frame.request_id;
         let request_epoch = frame.epoch;
         let Body::Request(request) = frame.body else {
@@ -216,7 +248,7 @@ impl Osd {
 
     /// Admits the request, then hands it to its role's path.
     async fn execute(
-        &self,
+        self: &Rc<Self>,
         epoch: u64,
         request: Request,
         connection: &ConnectionState,

@@ -10,8 +10,11 @@ use cluster::mint_version;
 use engine::{AlignedBuffer, ObjectId, Request as EngineRequest};
 use wire::{Opcode, PgId, Request, Response, Status};
 
+use std::rc::Rc;
+
 use super::admission::{self, PgView};
-use super::{OpError, Osd};
+use super::{recovery, OpError, Osd};
+use crate::pg_state::Pg;
 use crate::limits::OBJECT_SIZE_MAX_BYTES;
 
 /// Zeros for WriteZeroes and partial Trims, sliced without allocating.
@@ -39,15 +42,19 @@ impl Osd {
         offset_bytes: u32,
         length_bytes: u32,
     ) -> Result<Response, OpError> {
+        let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
         let _object = self.locks.read(object).await;
         self.still_primary(pg, epoch)?;
+        self.still_active(&state)?;
         let data = self.read(object, offset_bytes, length_bytes).await?.1;
         Ok(Response::Read { data })
     }
 
     pub(super) async fn primary_stat(&self, pg: PgId, epoch: u64, object: ObjectId) -> Result<Response, OpError> {
+        let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
         let _object = self.locks.read(object).await;
         self.still_primary(pg, epoch)?;
+        self.still_active(&state)?;
         if !self.object_exists(object) {
             return Err(OpError::NoSuchObject);
         }
@@ -70,23 +77,48 @@ impl Osd {
         admission::still_primary(PgView::lookup(&map, pg), self.id, epoch)
     }
 
-    /// The write path: queue on the object, mint the version, write everywhere, and succeed
-    /// only if every member of the PG has it durable.
+    /// After a wait, the PG may be peering again.
+    fn still_active(&self, state: &Rc<Pg>) -> Result<(), OpError> {
+        if self.pgs.is_current(state) && state.is_active() {
+            Ok(())
+        } else {
+            Err(OpError::PgPeering { pg: state.id, epoch: state.epoch })
+        }
+    }
+
+    /// The write path: wait for the PG to be active, queue on the object, record the acting set
+    /// in the PG's history if it is not clean, copy the object to members that lack it, mint the
+    /// version, write everywhere, and succeed only if every member of the PG has it durable.
     pub(super) async fn replicate(
-        &self,
+        self: &Rc<Self>,
         pg: PgId,
         epoch: u64,
         object: ObjectId,
         mutation: Mutation,
     ) -> Result<(), OpError> {
+        let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
+        let result = self.replicate_active(&state, object, mutation).await;
+        if result.as_ref().is_err_and(recovery::lost_member) {
+            self.peer_again(&state);
+        }
+        result
+    }
+
+    async fn replicate_active(self: &Rc<Self>, state: &Rc<Pg>, object: ObjectId, mutation: Mutation) -> Result<(), OpError> {
+        let (pg, epoch) = (state.id, state.epoch);
         let _object = self.locks.write(object).await;
+        let _in_flight = self.pgs.write_started(pg);
         let map = self.map.borrow().clone();
         let view = PgView::lookup(&map, pg);
         admission::still_primary(view, self.id, epoch)?;
+        self.still_active(state)?;
         let view = view.expect("still_primary found the pg");
         let members = view.members;
         if members.len() < usize::from(view.min_size.max(1)) {
             return Err(OpError::TooFewMembers { pg, members: members.len(), min_size: view.min_size });
+        }
+        if let Some(&osd) = state.with_active(|active| active.unlisted.first().copied()).flatten().as_ref() {
+            return Err(OpError::MemberNotListed { pg, osd });
         }
         let mut secondaries = Vec::with_capacity(members.len() - 1);
         for &osd in &members[1..] {
@@ -95,9 +127,19 @@ impl Osd {
         }
         let known = self.engine.with(|engine| engine.object_version(object));
         if matches!(mutation, Mutation::Delete) && known.is_none() {
-            // Never written here, so nowhere in the PG (members hold the same objects).
+            // Never written here, so nowhere in the PG (the primary holds every object).
             return Ok(());
         }
+        self.ensure_recorded(state).await?;
+        // Peering tells a deleted object from one never received only by its version, so a PG
+        // that is not clean keeps the object and zeros it.
+        let mutation = match mutation {
+            Mutation::Delete if state.with_active(|active| active.clean()) != Some(true) => {
+                Mutation::zeros(0, self.object_size_bytes)
+            }
+            other => other,
+        };
+        self.push_before_write(state, object).await?;
         let version = mint_version(epoch, known);
         let deleting = matches!(mutation, Mutation::Delete);
         let (local, remote) = match mutation {
@@ -113,7 +155,16 @@ impl Osd {
         // engine poll, which comes once this task yields.
         let local = self.engine.submit(local);
         let remotes = secondaries.iter().map(|(osd, address)| self.peers.call(*osd, address, epoch, remote.clone()));
-        let (local, remotes) = futures_util::future::join(local, futures_util::future::join_all(remotes)).await;
+        // A member that stopped answering must not hold the write past the PG's next epoch: the
+        // new epoch's peering waits for it. The local write is always waited for, so the next
+        // version minted for this object comes after it.
+        let remotes = async {
+            tokio::select! {
+                results = futures_util::future::join_all(remotes) => Some(results),
+                () = self.epoch_moved(pg, epoch) => None,
+            }
+        };
+        let (local, remotes) = futures_util::future::join(local, remotes).await;
         local?;
         // The object's queue kept every other write out: what the engine holds now is what this
         // op minted, and the version every secondary was sent (a delete's version stays until
@@ -123,11 +174,25 @@ impl Osd {
             held == Some(version) || (deleting && held.is_none()),
             "object {object} changed under its write queue: minted {version:#x}, the engine holds {held:#x?}"
         );
+        let Some(remotes) = remotes else {
+            return Err(OpError::WrongEpoch { ours: self.current_epoch(pg), theirs: epoch });
+        };
         for ((osd, _), result) in secondaries.iter().zip(remotes) {
             secondary_outcome(*osd, epoch, result)?;
         }
-        // Nothing is acknowledged once the lease may have run out, even if it is durable.
+        // Nothing is acknowledged once the PG moved on or the lease may have run out, even if
+        // it is durable.
+        self.still_primary(pg, epoch)?;
         self.fence()
+    }
+
+    /// Resolves once the map shows `pg` at another epoch than `epoch`.
+    async fn epoch_moved(&self, pg: PgId, epoch: u64) {
+        let mut receiver = self.map.clone();
+        let moved = receiver.wait_for(|map| map.pg(pg.pool, pg.pg).is_none_or(|state| state.epoch != epoch)).await;
+        if moved.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 

@@ -120,7 +120,7 @@ impl Cluster {
     /// `bumped` (at `table_epoch`).
     pub fn set_table(&self, table_epoch: u64, bumped: &[u32]) {
         let pgs = (0..PG_COUNT).map(|pg| (if bumped.contains(&pg) { table_epoch } else { 1 }, members(pg))).collect();
-        let table = PgTableRecord { version: FORMAT_VERSION, pool: POOL, table_epoch, pgs };
+        let table = PgTableRecord { version: FORMAT_VERSION, pool: POOL, table_epoch, pgs, targets: Vec::new() };
         self.put(&keys::pg_table(POOL), encode(&table));
     }
 

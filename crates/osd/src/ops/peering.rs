@@ -1,0 +1,276 @@
+//! Peering (`docs/design/peering.md`): when the map makes this OSD the primary of a PG at a new
+//! epoch, it reads the PG's history, lists the objects of every member of the acting set and of
+//! every recorded set, lets `cluster::peering::plan` decide, brings itself and `min_size - 1`
+//! others up to date, and only then serves the PG. Members still lacking objects catch up in
+//! the background (`recovery.rs`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cluster::peering::{self, Decision, Listing};
+use cluster::{object_pg, ClusterMap};
+use engine::ObjectId;
+use wire::{PgId, Request, Response};
+
+use super::admission::PgView;
+use super::Osd;
+use crate::pg_history;
+use crate::pg_state::{Active, Phase, Pg};
+
+/// PGs peering at once on one OSD.
+pub(crate) const PEERING_CONCURRENCY: usize = 8;
+/// How often PGs left inactive try again when nothing in the map changes.
+const INACTIVE_RETRY: Duration = Duration::from_secs(1);
+/// How long peering waits for the writes of an earlier epoch still in flight here.
+const DRAIN_WAIT: Duration = Duration::from_secs(10);
+/// Most objects a member may list for one PG: a bound on what a peer can make this OSD hold.
+const LISTED_OBJECTS_MAX: usize = 1 << 24;
+
+impl Osd {
+    /// Follows the map for as long as the OSD runs: starts peering each PG this OSD became the
+    /// primary of at a new epoch, forgets the PGs it no longer leads, and retries inactive PGs.
+    pub(crate) async fn follow_map(self: Rc<Self>) {
+        let mut receiver = self.map.clone();
+        let mut retry = tokio::time::interval(INACTIVE_RETRY);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let map = receiver.borrow_and_update().clone();
+            self.start_peering(&map);
+            tokio::select! {
+                changed = receiver.changed() => if changed.is_err() { return },
+                _ = retry.tick() => {}
+            }
+        }
+    }
+
+    /// Starts peering where the map calls for it.
+    fn start_peering(self: &Rc<Self>, map: &Arc<ClusterMap>) {
+        let now = Instant::now();
+        let mut led = BTreeSet::new();
+        for (&pool, table) in &map.pg_tables {
+            for (pg, (epoch, acting)) in table.pgs.iter().enumerate() {
+                if acting.first() != Some(&self.id) {
+                    continue;
+                }
+                let id = PgId { pool, pg: pg as u32 };
+                if PgView::lookup(map, id).is_none() {
+                    continue;
+                }
+                led.insert(id);
+                let current = self.pgs.get(id);
+                let again = match &current {
+                    None => true,
+                    Some(state) if state.epoch != *epoch => true,
+                    Some(state) => state.with_phase(|phase| matches!(phase, Phase::Inactive { .. })),
+                };
+                if again {
+                    // A PG that keeps failing to peer keeps its first sign for the failover time.
+                    let since = current.map_or(now, |state| state.since);
+                    self.peer(self.pgs.begin(id, *epoch, since));
+                }
+            }
+        }
+        self.pgs.retain(|pg| led.contains(&pg));
+    }
+
+    /// Peers `pg` again at its epoch (a member's connection failed: it may have restarted and
+    /// lost what it had not made durable).
+    pub(super) fn peer_again(self: &Rc<Self>, state: &Rc<Pg>) {
+        if self.pgs.is_current(state) {
+            tracing::info!(osd = self.id, pg = %pg_name(state.id), epoch = state.epoch, "peering again");
+            self.peer(self.pgs.begin(state.id, state.epoch, Instant::now()));
+        }
+    }
+
+    fn peer(self: &Rc<Self>, state: Rc<Pg>) {
+        let osd = self.clone();
+        tokio::task::spawn_local(async move {
+            let slots = osd.peering_slots.clone();
+            let Ok(_slot) = slots.acquire().await else { return };
+            if !osd.pgs.is_current(&state) {
+                return;
+            }
+            let started = Instant::now();
+            let outcome = osd.run_peering(&state).await;
+            let pg = pg_name(state.id);
+            match outcome {
+                Ok(active) => {
+                    let recovery = active.recovery_left() != (0, 0);
+                    let clean = active.clean();
+                    let members = format!("{:?}", active.acting);
+                    if osd.pgs.set_phase(&state, Phase::Active(active)) {
+                        tracing::info!(
+                            osd = osd.id, pg = %pg, epoch = state.epoch, members,
+                            peering_ms = started.elapsed().as_millis() as u64,
+                            since_first_sign_ms = state.since.elapsed().as_millis() as u64,
+                            state = state.state_name(), "pg active"
+                        );
+                        if recovery || clean {
+                            tokio::task::spawn_local(osd.clone().recover(state));
+                        }
+                    }
+                }
+                Err(reason) => {
+                    if osd.pgs.is_current(&state) {
+                        tracing::warn!(osd = osd.id, pg = %pg, epoch = state.epoch, %reason, "pg inactive");
+                        osd.pgs.set_phase(&state, Phase::Inactive { reason });
+                    }
+                }
+            }
+        });
+    }
+
+    /// Peering itself: the active state to serve with, or why the PG cannot be served.
+    async fn run_peering(self: &Rc<Self>, state: &Rc<Pg>) -> Result<Active, String> {
+        let pg = state.id;
+        if tokio::time::timeout(DRAIN_WAIT, self.pgs.drained(pg)).await.is_err() {
+            return Err("writes of an earlier epoch are still in flight".into());
+        }
+        let map = self.map.borrow().clone();
+        let view = PgView::lookup(&map, pg).ok_or("the pg left the map")?;
+        if view.epoch != state.epoch {
+            return Err(format!("the map moved on to epoch {}", view.epoch));
+        }
+        let acting = view.members.to_vec();
+        let target = map.pg_tables[&pg.pool].target(pg.pg as usize).to_vec();
+        let (history, history_revision) = pg_history::read(self.store.as_ref(), pg).await?;
+
+        // Every member of the acting set and of every recorded set that is up answers.
+        let mut asked: BTreeSet<u32> = acting.iter().copied().collect();
+        asked.extend(history.required().flat_map(|interval| interval.members.iter().copied()));
+        asked.remove(&self.id);
+        let lists = asked.iter().filter_map(|&osd| {
+            let address = map.address(osd)?.to_string();
+            Some(async move { (osd, self.list_member(osd, &address, pg, view.pg_count, state.epoch).await) })
+        });
+        let mut listings: BTreeMap<u32, Listing> = BTreeMap::new();
+        for (osd, listing) in futures_util::future::join_all(lists).await {
+            match listing {
+                Ok(listing) => {
+                    listings.insert(osd, listing);
+                }
+                Err(reason) => tracing::info!(osd = self.id, pg = %pg_name(pg), peer = osd, %reason, "no list"),
+            }
+        }
+        listings.insert(self.id, self.list_local(pg.pg, view.pg_count));
+
+        let inputs =
+            peering::Inputs { epoch: state.epoch, acting: &acting, min_size: view.min_size, history: &history, listings: &listings };
+        let plan = match peering::plan(&inputs) {
+            Decision::Incomplete { unreachable, .. } => {
+                let sets: Vec<String> =
+                    unreachable.iter().map(|interval| format!("{:?} at epoch {}", interval.members, interval.epoch)).collect();
+                return Err(format!("incomplete: no member of {} answered", sets.join(", ")));
+            }
+            Decision::TooFewMembers { reached, min_size, .. } => {
+                return Err(format!("{reached} acting members answered, fewer than min_size {min_size}"));
+            }
+            Decision::Plan(plan) => plan,
+        };
+        for bad in &plan.bad {
+            tracing::warn!(osd = self.id, pg = %pg_name(pg), ?bad, "a member's list was set aside");
+        }
+
+        // Itself first, from whoever holds each object's newest version, then the members that
+        // must be complete before the PG serves.
+        for need in plan.needs.get(&self.id).into_iter().flatten() {
+            self.still_current(state)?;
+            let address = map.address(need.source).ok_or_else(|| format!("osd.{} went down", need.source))?;
+            self.pull(pg, state.epoch, need.source, address, need.object, need.version).await?;
+        }
+        for &member in &plan.before_active[1..] {
+            for need in &plan.needs[&member] {
+                self.still_current(state)?;
+                let address = map.address(member).ok_or_else(|| format!("osd.{member} went down"))?;
+                self.push(pg, state.epoch, member, address, need.object).await?;
+            }
+        }
+        self.still_current(state)?;
+        let mut missing = BTreeMap::new();
+        let mut unlisted = BTreeSet::new();
+        for &member in &plan.catching_up {
+            match plan.needs.get(&member) {
+                Some(needs) => {
+                    missing.insert(member, needs.iter().map(|need| (need.object, need.version)).collect());
+                }
+                None => {
+                    unlisted.insert(member);
+                }
+            }
+        }
+        Ok(Active { acting, target, history, history_revision, missing, unlisted })
+    }
+
+    pub(super) fn still_current(&self, state: &Rc<Pg>) -> Result<(), String> {
+        if self.pgs.is_current(state) {
+            Ok(())
+        } else {
+            Err("superseded".into())
+        }
+    }
+
+    /// This OSD's objects of PG `pg` and their versions, in order.
+    pub(super) fn list_local(&self, pg: u32, pg_count: u32) -> Listing {
+        self.engine.with(|engine| {
+            engine
+                .list_objects()
+                .into_iter()
+                .filter(|(object, _)| object_pg(object.inode, object.stripe, pg_count) == pg)
+                .collect()
+        })
+    }
+
+    /// A member's objects of the PG, page by page. A page that is out of order or starts before
+    /// what was asked is the member's fault: the whole list fails.
+    pub(super) async fn list_member(
+        &self,
+        osd: u32,
+        address: &str,
+        pg: PgId,
+        pg_count: u32,
+        epoch: u64,
+    ) -> Result<Listing, String> {
+        let mut listing = Listing::new();
+        let mut start = ObjectId { inode: 0, stripe: 0 };
+        loop {
+            let count_max = wire::limits::LIST_ENTRIES_MAX_COUNT;
+            let reply = self.peers.call(osd, address, epoch, Request::SecList { pg, start, count_max }).await?;
+            let entries = match reply.response {
+                Response::SecList { entries } => entries,
+                other => return Err(format!("osd.{osd} answered a list with {other:?}")),
+            };
+            let full = entries.len() as u32 >= count_max;
+            for entry in entries {
+                if entry.object < start || listing.last().is_some_and(|&(last, _)| last >= entry.object) {
+                    return Err(format!("osd.{osd} listed {} out of order", entry.object));
+                }
+                if object_pg(entry.object.inode, entry.object.stripe, pg_count) != pg.pg {
+                    return Err(format!("osd.{osd} listed {}, which is not in the pg", entry.object));
+                }
+                listing.push((entry.object, entry.version));
+            }
+            if listing.len() > LISTED_OBJECTS_MAX {
+                return Err(format!("osd.{osd} listed more than {LISTED_OBJECTS_MAX} objects"));
+            }
+            let Some(&(last, _)) = listing.last() else { return Ok(listing) };
+            if !full {
+                return Ok(listing);
+            }
+            start = successor(last).ok_or_else(|| format!("osd.{osd} listed past the last object id"))?;
+        }
+    }
+}
+
+/// The object after `object` in `(inode, stripe)` order.
+fn successor(object: ObjectId) -> Option<ObjectId> {
+    match object.stripe.checked_add(1) {
+        Some(stripe) => Some(ObjectId { inode: object.inode, stripe }),
+        None => Some(ObjectId { inode: object.inode.checked_add(1)?, stripe: 0 }),
+    }
+}
+
+pub(crate) fn pg_name(pg: PgId) -> String {
+    format!("{}.{}", pg.pool, pg.pg)
+}

@@ -1,0 +1,254 @@
+//! Copying objects between the members of a PG, and the PG's history records
+//! (`docs/design/peering.md`). Objects move whole, at the version the primary holds: a member
+//! never gets a partial write on top of an older copy. Each copy holds the object's write
+//! queue, so it cannot interleave with a client's write of the same object.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest};
+use wire::{Opcode, PgId, Request, Response};
+
+use super::peering::pg_name;
+use super::{OpError, Osd};
+use crate::pg_history::{self, Written};
+use crate::pg_state::{Active, Pg};
+
+/// The pause before recovery tries a member again after a failure.
+const RECOVERY_RETRY: Duration = Duration::from_millis(200);
+
+impl Osd {
+    /// Copies `object` from `source` to this OSD, at the version the source holds (at least
+    /// `version`).
+    pub(super) async fn pull(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        source: u32,
+        address: &str,
+        object: ObjectId,
+        version: u64,
+    ) -> Result<(), String> {
+        let _object = self.locks.write(object).await;
+        let request = Request::SecRead { pg, object, offset_bytes: 0, length_bytes: self.object_size_bytes };
+        let reply = self.peers.call(source, address, epoch, request).await?;
+        let (held, data) = match reply.response {
+            Response::SecRead { version, data } => (version, data),
+            other => return Err(format!("osd.{source} answered a read of {object} with {other:?}")),
+        };
+        if held < version || data.len() != self.object_size_bytes as usize {
+            return Err(format!(
+                "osd.{source} sent {} bytes of {object} at version {held:#x}; expected {} at {version:#x} or later",
+                data.len(),
+                self.object_size_bytes
+            ));
+        }
+        let write =
+            EngineRequest::WriteVersioned { object, offset_bytes: 0, data: AlignedBuffer::from_slice(&data), version: held };
+        match self.engine.submit(write).await {
+            Ok(_) => Ok(()),
+            Err(EngineError::StaleVersion { current, .. }) if current >= held => Ok(()),
+            Err(error) => Err(format!("writing {object} pulled from osd.{source}: {error}")),
+        }
+    }
+
+    /// Copies `object`, whole, from this OSD to `member`.
+    pub(super) async fn push(&self, pg: PgId, epoch: u64, member: u32, address: &str, object: ObjectId) -> Result<(), String> {
+        let _object = self.locks.write(object).await;
+        self.push_held(pg, epoch, member, address, object).await
+    }
+
+    /// [`Osd::push`] for a caller that holds the object's write queue.
+    pub(super) async fn push_held(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        member: u32,
+        address: &str,
+        object: ObjectId,
+    ) -> Result<(), String> {
+        let (version, data) =
+            self.read(object, 0, self.object_size_bytes).await.map_err(|error| format!("reading {object}: {error}"))?;
+        let request = Request::SecWrite { pg, object, version, offset_bytes: 0, data };
+        let reply = self.peers.call(member, address, epoch, request).await?;
+        match reply.response {
+            Response::SecWrite => Ok(()),
+            Response::Failed { status, opcode: Opcode::SecWrite } => {
+                Err(format!("osd.{member} failed the copy of {object}: {status}"))
+            }
+            other => Err(format!("osd.{member} answered the copy of {object} with {other:?}")),
+        }
+    }
+
+    /// Before a write to `object`: copies it to every member that still lacks it. The caller
+    /// holds the object's write queue.
+    pub(super) async fn push_before_write(&self, state: &Rc<Pg>, object: ObjectId) -> Result<(), OpError> {
+        let members = state.with_active(|active| active.missing_object(object)).unwrap_or_default();
+        for member in members {
+            let map = self.map.borrow().clone();
+            let address = map.address(member).ok_or(OpError::MemberDown { osd: member })?.to_string();
+            self.push_held(state.id, state.epoch, member, &address, object)
+                .await
+                .map_err(|reason| OpError::SecondaryUnreachable { osd: member, reason })?;
+            state.with_active(|active| forget(active, member, object));
+        }
+        Ok(())
+    }
+
+    /// Makes sure the PG's history covers a write at this epoch (`Active::recorded`), writing
+    /// the acting set into it if not.
+    pub(super) async fn ensure_recorded(self: &Rc<Self>, state: &Rc<Pg>) -> Result<(), OpError> {
+        let pg = state.id;
+        if state.with_active(|active| active.recorded(state.epoch)) != Some(false) {
+            return Ok(());
+        }
+        let _recording = state.recording.lock().await;
+        let Some((recorded, history, revision)) = state.with_active(|active| {
+            (active.recorded(state.epoch), active.with_interval(state.epoch), active.history_revision)
+        }) else {
+            return Err(OpError::PgPeering { pg, epoch: state.epoch });
+        };
+        if recorded {
+            return Ok(());
+        }
+        self.fence()?;
+        self.pgs.count_history_write();
+        match pg_history::write(self.store.as_ref(), pg, &history, revision).await {
+            Ok(Written::At(revision)) => {
+                state.with_active(|active| {
+                    active.history = history;
+                    active.history_revision = revision;
+                });
+                tracing::info!(osd = self.id, pg = %pg_name(pg), epoch = state.epoch, "recorded the acting set in the pg's history");
+                Ok(())
+            }
+            Ok(Written::Changed) => {
+                self.peer_again(state);
+                Err(OpError::HistoryChanged { pg })
+            }
+            Err(reason) => Err(OpError::HistoryNotRecorded { pg, reason }),
+        }
+    }
+
+    /// Background recovery of an active PG: lists the members peering could not, copies every
+    /// object each member lacks, and records the PG clean once every target member holds
+    /// everything. Stops when the PG's state is superseded.
+    pub(super) async fn recover(self: Rc<Self>, state: Rc<Pg>) {
+        let started = Instant::now();
+        let (objects_at_start, _) = state.with_active(|active| active.recovery_left()).unwrap_or_default();
+        let mut copied_bytes = 0u64;
+        while self.pgs.is_current(&state) {
+            match self.recover_step(&state, &mut copied_bytes).await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(reason) => {
+                    tracing::debug!(osd = self.id, pg = %pg_name(state.id), %reason, "recovery retrying");
+                    tokio::time::sleep(RECOVERY_RETRY).await;
+                }
+            }
+        }
+        if !self.pgs.is_current(&state) || state.with_active(|active| active.clean()) != Some(true) {
+            return;
+        }
+        if objects_at_start > 0 {
+            tracing::info!(
+                osd = self.id, pg = %pg_name(state.id), epoch = state.epoch, objects = objects_at_start,
+                bytes = copied_bytes, recovery_ms = started.elapsed().as_millis() as u64, "pg recovered"
+            );
+        }
+        self.record_clean(&state).await;
+    }
+
+    /// One round: lists one unlisted member or copies one object. `Ok(true)` when nothing is left.
+    async fn recover_step(&self, state: &Rc<Pg>, copied_bytes: &mut u64) -> Result<bool, String> {
+        let pg = state.id;
+        let next = state.with_active(|active| {
+            if let Some(&member) = active.unlisted.first() {
+                return Some((member, None));
+            }
+            active.missing.iter().find_map(|(&member, objects)| Some((member, Some(*objects.keys().next()?))))
+        });
+        let Some(next) = next else { return Ok(true) };
+        let Some((member, object)) = next else { return Ok(true) };
+        let map = self.map.borrow().clone();
+        let address = map.address(member).ok_or_else(|| format!("osd.{member} is down"))?.to_string();
+        let pg_count = map.pools.get(&pg.pool).ok_or("the pool is gone")?.pg_count;
+        match object {
+            None => {
+                let theirs = self.list_member(member, &address, pg, pg_count, state.epoch).await?;
+                // Writes go to no unlisted member, so what it lacks now it lacks from here on;
+                // what it holds older than this OSD holds it must receive.
+                let ours = self.list_local(pg.pg, pg_count);
+                let theirs: std::collections::BTreeMap<ObjectId, u64> = theirs.into_iter().collect();
+                let needs: std::collections::BTreeMap<ObjectId, u64> = ours
+                    .into_iter()
+                    .filter(|(object, version)| theirs.get(object).is_none_or(|held| held < version))
+                    .collect();
+                self.still_current(state)?;
+                state.with_active(|active| {
+                    active.unlisted.remove(&member);
+                    active.missing.insert(member, needs);
+                });
+            }
+            Some(object) => {
+                let _object = self.locks.write(object).await;
+                // A client's write may have copied it meanwhile.
+                let still_missing = state.with_active(|active| active.missing_object(object).contains(&member));
+                if still_missing == Some(true) {
+                    self.push_held(pg, state.epoch, member, &address, object).await?;
+                    *copied_bytes += u64::from(self.object_size_bytes);
+                    state.with_active(|active| forget(active, member, object));
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Replaces the PG's history with "clean at this epoch" when it says more than that.
+    async fn record_clean(self: &Rc<Self>, state: &Rc<Pg>) {
+        let pg = state.id;
+        let _recording = state.recording.lock().await;
+        let Some((history, revision, needed)) = state.with_active(|active| {
+            let needed = !active.history.intervals.is_empty()
+                || active.history.clean.as_ref().is_some_and(|clean| {
+                    let mut recorded = clean.members.clone();
+                    let mut acting = active.acting.clone();
+                    recorded.sort_unstable();
+                    acting.sort_unstable();
+                    recorded != acting
+                });
+            let clean = cluster::peering::Interval { epoch: state.epoch, members: active.acting.clone() };
+            (cluster::peering::History { clean: Some(clean), intervals: Vec::new() }, active.history_revision, needed)
+        }) else {
+            return;
+        };
+        if !needed || self.fence().is_err() {
+            return;
+        }
+        self.pgs.count_history_write();
+        match pg_history::write(self.store.as_ref(), pg, &history, revision).await {
+            Ok(Written::At(revision)) => {
+                state.with_active(|active| {
+                    active.history = history;
+                    active.history_revision = revision;
+                });
+                tracing::info!(osd = self.id, pg = %pg_name(pg), epoch = state.epoch, "pg clean");
+            }
+            Ok(Written::Changed) => self.peer_again(state),
+            Err(reason) => tracing::warn!(osd = self.id, pg = %pg_name(pg), %reason, "cannot record the pg clean"),
+        }
+    }
+}
+
+/// `member` holds `object` now.
+fn forget(active: &mut Active, member: u32, object: ObjectId) {
+    if let Some(objects) = active.missing.get_mut(&member) {
+        objects.remove(&object);
+    }
+}
+
+/// Whether a write's failure means a member may have lost state (its connection broke, so it
+/// may have restarted without what it had not made durable): the PG peers again.
+pub(super) fn lost_member(error: &OpError) -> bool {
+    matches!(error, OpError::SecondaryUnreachable { .. })
+}

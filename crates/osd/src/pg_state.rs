@@ -1,0 +1,249 @@
+//! What this OSD knows of the PGs it is primary of (`docs/design/peering.md`): each is peering,
+//! inactive (and why), or active with the members that are still catching up.
+//!
+//! One [`Pg`] per PG and epoch: a new epoch, or peering again at the same one, replaces it, so
+//! a peering or recovery task that finds its `Pg` no longer current stops. Ops wait for their
+//! PG's `Pg` to be active at their epoch. Nothing here does I/O.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+use std::time::Instant;
+
+use cluster::peering::{History, Interval};
+use engine::ObjectId;
+use tokio::sync::Notify;
+use wire::PgId;
+
+use crate::ops::OpError;
+
+/// One PG at one epoch, as its primary sees it.
+pub(crate) struct Pg {
+    pub(crate) id: PgId,
+    pub(crate) epoch: u64,
+    phase: RefCell<Phase>,
+    /// When the change that made this PG peer was first seen here, for the failover's duration.
+    pub(crate) since: Instant,
+    /// History writes of this PG run one at a time.
+    pub(crate) recording: tokio::sync::Mutex<()>,
+}
+
+pub(crate) enum Phase {
+    /// Collecting the members' lists and bringing the first members up to date.
+    Peering,
+    /// Not serving: a recorded set is unreachable, or too few members answered.
+    Inactive { reason: String },
+    Active(Active),
+}
+
+/// An active PG.
+pub(crate) struct Active {
+    /// Primary first.
+    pub(crate) acting: Vec<u32>,
+    pub(crate) target: Vec<u32>,
+    /// The PG's history as last read or written here, and the store revision of that record
+    /// (0: no record).
+    pub(crate) history: History,
+    pub(crate) history_revision: i64,
+    /// Acting members that take new writes but still lack objects: what each must receive,
+    /// and at least which version.
+    pub(crate) missing: BTreeMap<u32, BTreeMap<ObjectId, u64>>,
+    /// Acting members whose lists peering did not get: what they lack is not known yet, so no
+    /// write goes to them until recovery has listed them.
+    pub(crate) unlisted: BTreeSet<u32>,
+}
+
+impl Active {
+    /// Every target member is acting and holds every object.
+    pub(crate) fn clean(&self) -> bool {
+        let mut acting = self.acting.clone();
+        let mut target = self.target.clone();
+        acting.sort_unstable();
+        target.sort_unstable();
+        acting == target && self.unlisted.is_empty() && self.missing.values().all(BTreeMap::is_empty)
+    }
+
+    /// Whether the history says what a write at `epoch` needs it to: this epoch's set is
+    /// recorded, or the PG is clean (every target member then gets every write).
+    pub(crate) fn recorded(&self, epoch: u64) -> bool {
+        self.clean()
+            || self.history.intervals.iter().any(|interval| interval.epoch == epoch)
+            || self.history.clean.as_ref().is_some_and(|clean| clean.epoch == epoch)
+    }
+
+    /// The history with this epoch's acting set appended.
+    pub(crate) fn with_interval(&self, epoch: u64) -> History {
+        let mut history = self.history.clone();
+        history.intervals.push(Interval { epoch, members: self.acting.clone() });
+        history
+    }
+
+    /// The members that still need `object`.
+    pub(crate) fn missing_object(&self, object: ObjectId) -> Vec<u32> {
+        self.missing.iter().filter(|(_, objects)| objects.contains_key(&object)).map(|(&osd, _)| osd).collect()
+    }
+
+    /// Objects left to copy, and members left to list.
+    pub(crate) fn recovery_left(&self) -> (usize, usize) {
+        (self.missing.values().map(BTreeMap::len).sum(), self.unlisted.len())
+    }
+}
+
+impl Pg {
+    pub(crate) fn with_phase<T>(&self, f: impl FnOnce(&Phase) -> T) -> T {
+        f(&self.phase.borrow())
+    }
+
+    /// Runs `f` on the active state; `None` when the PG is not active.
+    pub(crate) fn with_active<T>(&self, f: impl FnOnce(&mut Active) -> T) -> Option<T> {
+        match &mut *self.phase.borrow_mut() {
+            Phase::Active(active) => Some(f(active)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_active(&self) -> bool {
+        self.with_phase(|phase| matches!(phase, Phase::Active(_)))
+    }
+
+    /// The state's name, as `basalt pg ls` shows it.
+    pub(crate) fn state_name(&self) -> &'static str {
+        self.with_phase(|phase| match phase {
+            Phase::Peering => "peering",
+            Phase::Inactive { .. } => "inactive",
+            Phase::Active(active) if active.clean() => "clean",
+            Phase::Active(active) if active.recovery_left() != (0, 0) => "recovering",
+            Phase::Active(active) if active.acting.len() < active.target.len() => "degraded",
+            Phase::Active(_) => "active",
+        })
+    }
+}
+
+/// The PGs this OSD is primary of.
+#[derive(Default)]
+pub(crate) struct PgStates {
+    pgs: RefCell<HashMap<PgId, Rc<Pg>>>,
+    /// Writes in flight per PG, of any epoch: peering waits until the PG's older ones are done.
+    writes: RefCell<HashMap<PgId, usize>>,
+    /// Signalled on every phase change and every new `Pg`.
+    changed: Notify,
+    /// Signalled when a PG's writes in flight reach zero.
+    drained: Notify,
+    /// Store writes of PG histories since the OSD started.
+    history_writes: Cell<u64>,
+}
+
+impl PgStates {
+    pub(crate) fn get(&self, pg: PgId) -> Option<Rc<Pg>> {
+        self.pgs.borrow().get(&pg).cloned()
+    }
+
+    /// Starts a new `Pg` in `Peering` at `epoch`, replacing any other; returns it.
+    pub(crate) fn begin(&self, pg: PgId, epoch: u64, since: Instant) -> Rc<Pg> {
+        let state = Rc::new(Pg {
+            id: pg,
+            epoch,
+            phase: RefCell::new(Phase::Peering),
+            since,
+            recording: tokio::sync::Mutex::new(()),
+        });
+        self.pgs.borrow_mut().insert(pg, state.clone());
+        self.changed.notify_waiters();
+        state
+    }
+
+    /// Forgets every PG `keep` refuses.
+    pub(crate) fn retain(&self, mut keep: impl FnMut(PgId) -> bool) {
+        self.pgs.borrow_mut().retain(|pg, _| keep(*pg));
+        self.changed.notify_waiters();
+    }
+
+    /// Every PG with its state, in PG order.
+    pub(crate) fn all(&self) -> Vec<Rc<Pg>> {
+        let mut all: Vec<Rc<Pg>> = self.pgs.borrow().values().cloned().collect();
+        all.sort_by_key(|pg| (pg.id.pool, pg.id.pg));
+        all
+    }
+
+    /// Whether `state` is still the PG's current `Pg`.
+    pub(crate) fn is_current(&self, state: &Rc<Pg>) -> bool {
+        self.pgs.borrow().get(&state.id).is_some_and(|current| Rc::ptr_eq(current, state))
+    }
+
+    /// Moves `state` to `phase` if it is still current.
+    pub(crate) fn set_phase(&self, state: &Rc<Pg>, phase: Phase) -> bool {
+        if !self.is_current(state) {
+            return false;
+        }
+        *state.phase.borrow_mut() = phase;
+        self.changed.notify_waiters();
+        true
+    }
+
+    /// Waits until `pg` is active at `epoch`, for at most `wait`. A PG inactive at that epoch
+    /// answers at once with why.
+    pub(crate) async fn active(&self, pg: PgId, epoch: u64, wait: std::time::Duration) -> Result<Rc<Pg>, OpError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let changed = self.changed.notified();
+            if let Some(state) = self.get(pg).filter(|state| state.epoch == epoch) {
+                let inactive = state.with_phase(|phase| match phase {
+                    Phase::Active(_) => Ok(true),
+                    Phase::Peering => Ok(false),
+                    Phase::Inactive { reason } => Err(reason.clone()),
+                });
+                match inactive {
+                    Ok(true) => return Ok(state),
+                    Ok(false) => {}
+                    Err(reason) => return Err(OpError::PgInactive { pg, reason }),
+                }
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(OpError::PgPeering { pg, epoch });
+            }
+        }
+    }
+
+    /// Counts a write of `pg` in flight until the guard drops.
+    pub(crate) fn write_started(&self, pg: PgId) -> WriteInFlight<'_> {
+        *self.writes.borrow_mut().entry(pg).or_default() += 1;
+        WriteInFlight { states: self, pg }
+    }
+
+    /// Waits until `pg` has no write in flight.
+    pub(crate) async fn drained(&self, pg: PgId) {
+        loop {
+            let drained = self.drained.notified();
+            if !self.writes.borrow().contains_key(&pg) {
+                return;
+            }
+            drained.await;
+        }
+    }
+
+    pub(crate) fn count_history_write(&self) {
+        self.history_writes.set(self.history_writes.get() + 1);
+    }
+
+    pub(crate) fn history_writes(&self) -> u64 {
+        self.history_writes.get()
+    }
+}
+
+/// A write in flight, counted per PG.
+pub(crate) struct WriteInFlight<'a> {
+    states: &'a PgStates,
+    pg: PgId,
+}
+
+impl Drop for WriteInFlight<'_> {
+    fn drop(&mut self) {
+        let mut writes = self.states.writes.borrow_mut();
+        let count = writes.get_mut(&self.pg).expect("a write in flight is counted");
+        *count -= 1;
+        if *count == 0 {
+            writes.remove(&self.pg);
+            self.states.drained.notify_waiters();
+        }
+    }
+}
