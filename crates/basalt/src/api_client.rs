@@ -156,6 +156,11 @@ pub struct ClientArgs {
     /// connections whose replies come back within that on average (adaptive polling; 0 = never)
     #[arg(long = "client-spin-us", value_name = "MICROSECONDS", default_value_t = 250)]
     pub client_spin_us: u64,
+    /// Seconds an I/O may wait for its PG to serve (an inactive PG: too few members up) before
+    /// it fails with an I/O error; 0 waits for as long as it takes. Failovers are retried
+    /// through either way.
+    #[arg(long = "io-timeout", value_name = "SECONDS", default_value_t = 0)]
+    pub io_timeout_s: u64,
 }
 
 impl ClientArgs {
@@ -168,6 +173,7 @@ impl ClientArgs {
     pub fn options(&self, api: &str) -> client::ClientOptions {
         client::ClientOptions {
             spin_limit: self.spin_limit(),
+            io_timeout: (self.io_timeout_s > 0).then(|| std::time::Duration::from_secs(self.io_timeout_s)),
             down_reporter: Some(crate::down_reporter::MonReporter::api(api.to_string())),
             ..client::ClientOptions::default()
         }

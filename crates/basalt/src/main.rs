@@ -43,6 +43,8 @@ enum Command {
     Mon(cmd::mon::Args),
     /// Manage pools through the mon API.
     Pool(cmd::pool::Args),
+    /// List placement groups and their states through the mon API.
+    Pg(cmd::pg::Args),
     /// Manage volumes through the mon API.
     Volume(cmd::volume::Args),
     /// Show the cluster's state through the mon API.
@@ -119,6 +121,7 @@ fn main() -> ExitCode {
         Command::Osd(OsdArgs { command: None, run }) => cmd::osd_run::run(global, run),
         Command::Mon(args) => cmd::mon::run(global, args),
         Command::Pool(args) => cmd::pool::run(global, args),
+        Command::Pg(args) => cmd::pg::run(global, args),
         Command::Volume(args) => cmd::volume::run(global, args),
         Command::Status(args) => cmd::status::run(global, args),
         Command::Bench(args) => cmd::bench::run(global, args),

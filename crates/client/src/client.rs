@@ -124,6 +124,20 @@ impl Client {
         let _ = tokio::time::timeout(timeout, receiver.wait_for(|map| map.revision > revision)).await;
     }
 
+    /// Resolves once the map routes `pg` to another epoch or primary than `epoch` at `osd`.
+    pub(crate) async fn route_moved(&self, pg: wire::PgId, epoch: u64, osd: u32) {
+        let mut receiver = self.inner.map.clone();
+        let moved = receiver
+            .wait_for(|map| {
+                map.pg(pg.pool, pg.pg).is_none_or(|state| state.epoch != epoch || state.primary() != Some(osd))
+            })
+            .await
+            .is_ok();
+        if !moved {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// The connection to `osd` at `address`, opening it if there is none or the last one closed
     /// (giving up at `deadline` or after `ClientOptions::connect_timeout`, whichever is first).
     pub(crate) async fn connection(

@@ -6,7 +6,8 @@
 //! per-object pieces (`cluster::layout::split`), each piece goes to the primary of its PG as one
 //! wire request carrying the PG's epoch, and the pieces of one call run concurrently. When a PG
 //! moves (`NotPrimary`, `WrongEpoch`), is busy, or its primary cannot be reached, the piece waits
-//! for a newer map and retries with backoff until [`ClientOptions::retry_deadline`].
+//! for a newer map and retries with backoff, through failovers, for as long as the PG takes to
+//! serve again or until [`ClientOptions::io_timeout`].
 //!
 //! Writes are durable when they return `Ok` (the OSDs acknowledge only durable writes), so
 //! [`Volume::flush`] only waits for the writes issued before it. Reads always go to the OSDs;
@@ -54,8 +55,11 @@ pub use net::DownReporter;
 pub struct ClientOptions {
     /// How long a piece of a call may wait, in total, for its PG to get a primary that serves
     /// it (across map changes, busy replies and reconnects) before the call fails with
-    /// [`ClientError::Unavailable`]. It also bounds the wait for any one reply.
-    pub retry_deadline: Duration,
+    /// [`ClientError::Unavailable`]; `None` waits for as long as it takes.
+    pub io_timeout: Option<Duration>,
+    /// How long one attempt waits for its reply before the connection is closed and the piece
+    /// tried again (a connection that died without a sign).
+    pub reply_timeout: Duration,
     /// The first pause between attempts; it doubles up to `retry_backoff_max`. A pause waiting
     /// for a newer map ends as soon as the map changes.
     pub retry_backoff_min: Duration,
@@ -73,7 +77,8 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> ClientOptions {
         ClientOptions {
-            retry_deadline: Duration::from_secs(30),
+            io_timeout: None,
+            reply_timeout: Duration::from_secs(30),
             retry_backoff_min: Duration::from_millis(1),
             retry_backoff_max: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(3),

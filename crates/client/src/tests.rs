@@ -256,7 +256,7 @@ impl Cluster {
 
 /// Options that keep a failing test short.
 fn quick() -> ClientOptions {
-    ClientOptions { retry_deadline: Duration::from_secs(10), ..ClientOptions::default() }
+    ClientOptions { io_timeout: Some(Duration::from_secs(10)), ..ClientOptions::default() }
 }
 
 fn pattern(seed: u8, length_bytes: u64) -> Bytes {
@@ -435,7 +435,7 @@ async fn a_pg_that_never_gets_a_serving_primary_fails_at_the_deadline_naming_it(
     let cluster = Cluster::new().await;
     let _osd = cluster.osd(1, Mode::NotPrimary).await;
     cluster.set_pgs(6, 1).await;
-    let options = ClientOptions { retry_deadline: Duration::from_millis(200), ..ClientOptions::default() };
+    let options = ClientOptions { io_timeout: Some(Duration::from_millis(200)), ..ClientOptions::default() };
     let volume = cluster.client(options).await.open_volume("vol").await.unwrap();
     let error = volume.write(0, pattern(1, 4 * KIB)).await.unwrap_err();
     let text = error.to_string();
@@ -478,7 +478,7 @@ async fn a_refused_connection_is_reported_once_per_incarnation() {
     cluster.set_pgs(1, 3).await;
     let reports = Arc::new(Reports::default());
     let options = ClientOptions {
-        retry_deadline: Duration::from_millis(300),
+        io_timeout: Some(Duration::from_millis(300)),
         down_reporter: Some(reports.clone()),
         ..ClientOptions::default()
     };

@@ -13,15 +13,17 @@
 //! | `Ok` reply of the request's opcode | done |
 //! | no PG table entry, no members, primary not running | wait for a newer map, retry |
 //! | cannot connect, connection closed or failed | wait for a newer map, retry |
-//! | `NotPrimary`, `WrongEpoch` | wait for a newer map, retry |
-//! | `Busy` | sleep, retry |
-//! | no reply before the deadline | close that connection, fail |
+//! | `NotPrimary`, `WrongEpoch`, `Busy` | wait for a newer map, retry |
+//! | the map routes the PG elsewhere (a new epoch or primary) before the reply | retry at once |
+//! | no reply within `reply_timeout` | close that connection, retry |
 //! | `Corrupt`, `NoSpace`, `IoError` | fail with the matching error |
 //! | any other status, or a reply that does not fit the request | fail |
 //!
 //! Waits start at `retry_backoff_min` and double up to `retry_backoff_max`; a wait for a newer
-//! map ends as soon as one arrives. After `retry_deadline` from the start of the call the piece
-//! fails with `ClientError::Unavailable`, naming the PG and the last problem.
+//! map ends as soon as one arrives. A failover (a new map, a new primary) is retried through;
+//! a PG that stays inactive blocks the piece until it serves again, or, with `io_timeout` set,
+//! until that long after the start of the call, when it fails with `ClientError::Unavailable`
+//! naming the PG and the last problem.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -333,60 +335,68 @@ impl Volume {
     ) -> Result<(Response, u32), ClientError> {
         let client = &self.inner.client;
         let options = &client.inner.options;
-        let deadline = started + options.retry_deadline;
+        let deadline = options.io_timeout.map(|timeout| started + timeout);
         let mut backoff = options.retry_backoff_min;
         let mut last_problem: Option<String> = None;
         loop {
             if let Some(problem) = last_problem.take() {
                 // The pause before this attempt may have run into the deadline.
                 let now = Instant::now();
-                if now >= deadline {
+                if deadline.is_some_and(|deadline| now >= deadline) {
                     return Err(self.unavailable(operation, piece, now.duration_since(started), problem));
                 }
             }
-            let mut busy = false;
+            let mut moved = false;
             let problem = match route(&map, piece.pg) {
                 Err(reason) => reason,
-                Ok(route) => match client.connection(route.osd, route.address, deadline).await {
-                    Err(error) => format!("osd.{}: {}", route.osd, error.reason),
-                    Ok(connection) => {
-                        let call = connection.call(route.epoch, request.clone());
-                        match tokio::time::timeout_at(deadline, call).await {
-                            Ok(Ok(reply)) => match reply.response {
-                                Response::Failed { status, .. } => match status {
-                                    Status::NotPrimary | Status::WrongEpoch | Status::Busy => {
-                                        busy = status == Status::Busy;
-                                        format!(
-                                            "osd.{} at {} answered {status} (request epoch {}, its epoch {})",
-                                            route.osd, route.address, route.epoch, reply.epoch
-                                        )
-                                    }
-                                    _ => return Err(self.status_error(operation, piece, route.osd, status)),
+                Ok(route) => {
+                    let connect_by = deadline.unwrap_or_else(|| Instant::now() + options.connect_timeout);
+                    match client.connection(route.osd, route.address, connect_by).await {
+                        Err(error) => format!("osd.{}: {}", route.osd, error.reason),
+                        Ok(connection) => {
+                            let call = connection.call(route.epoch, request.clone());
+                            let give_up =
+                                [deadline, Some(Instant::now() + options.reply_timeout)].into_iter().flatten().min();
+                            let give_up = give_up.expect("the reply timeout is always set");
+                            tokio::select! {
+                                biased;
+                                reply = call => match reply {
+                                    Ok(reply) => match reply.response {
+                                        Response::Failed { status, .. } => match status {
+                                            Status::NotPrimary | Status::WrongEpoch | Status::Busy => format!(
+                                                "osd.{} at {} answered {status} (request epoch {}, its epoch {})",
+                                                route.osd, route.address, route.epoch, reply.epoch
+                                            ),
+                                            _ => return Err(self.status_error(operation, piece, route.osd, status)),
+                                        },
+                                        response => return Ok((response, route.osd)),
+                                    },
+                                    Err(error) => format!("osd.{}: {error}", route.osd),
                                 },
-                                response => return Ok((response, route.osd)),
-                            },
-                            Ok(Err(error)) => format!("osd.{}: {error}", route.osd),
-                            Err(_) => {
-                                let reason = "no reply before the retry deadline";
-                                client.drop_connection(route.osd, &connection, reason);
-                                format!("osd.{} at {}: {reason}", route.osd, route.address)
+                                () = client.route_moved(piece.pg, route.epoch, route.osd) => {
+                                    moved = true;
+                                    format!("pg moved on from osd.{} at epoch {} before it replied", route.osd, route.epoch)
+                                }
+                                () = tokio::time::sleep_until(give_up) => {
+                                    let reason = "no reply in time";
+                                    client.drop_connection(route.osd, &connection, reason);
+                                    format!("osd.{} at {}: {reason}", route.osd, route.address)
+                                }
                             }
                         }
                     }
-                },
+                }
             };
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|deadline| now >= deadline) {
                 return Err(self.unavailable(operation, piece, now.duration_since(started), problem));
             }
             tracing::debug!(volume = %self.inner.name, pg = ?piece.pg, %problem, "retrying");
-            let pause = backoff.min(deadline - now);
-            if busy {
-                tokio::time::sleep(pause).await;
-            } else {
+            if !moved {
+                let pause = deadline.map_or(backoff, |deadline| backoff.min(deadline - now));
                 client.wait_for_newer_map(map.revision, pause).await;
+                backoff = (backoff * 2).min(options.retry_backoff_max);
             }
-            backoff = (backoff * 2).min(options.retry_backoff_max);
             map = client.map();
             last_problem = Some(problem);
         }

@@ -6,12 +6,11 @@
 //! when the metadata store failed. Reads go to the store on each request, so a read after a
 //! write on any mon sees the write.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Path, Request, State};
+use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -20,11 +19,12 @@ use cluster::records::decode;
 use cluster::{keys, ClusterMap, LeaderRecord};
 use meta::MetaStore;
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::down_report::{self, DownReport};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
-use crate::views::{DownReportView, VolumeList, VolumeView};
+use crate::views::{DownReportView, PgList, VolumeList, VolumeView};
 use crate::Shared;
 
 /// The API's routes on top of `shared`'s store.
@@ -36,6 +36,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/pools/{name}", get(get_pool).delete(delete_pool))
         .route("/volumes", get(list_volumes).post(create_volume))
         .route("/volumes/{name}", get(get_volume).patch(resize_volume).delete(delete_volume))
+        .route("/pgs", get(list_pgs))
         .route("/osds", get(list_osds))
         .route("/osds/tree", get(osd_tree))
         .route("/osds/{id}/down-report", post(report_down));
@@ -159,56 +160,115 @@ async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusV
     let store = shared.store.as_ref();
     let cluster = admin::cluster_record(store).await?;
     let map = cluster_watch::load(store).await?;
-    let used_bytes = osd_used_bytes(&map).await;
-    Ok(Json(views::status_view(cluster.cluster_id, leader(store).await?, &map, &used_bytes)))
+    let answers = ask_osds(&map).await;
+    let osds_down = shared.down_since(&map);
+    let recovery = shared.recovery(&map, &answers, cluster.object_size_bytes);
+    Ok(Json(views::status_view(cluster.cluster_id, leader(store).await?, &map, &answers, osds_down, recovery)))
 }
 
-/// How long the status waits for an OSD's answer about its usage.
-const USAGE_TIMEOUT: Duration = Duration::from_secs(1);
+#[derive(Deserialize)]
+struct PgFilter {
+    pool: Option<String>,
+    state: Option<String>,
+}
 
-/// Asks every up OSD for its space usage, all at once, over the wire protocol: statistics stay
-/// out of the metadata store. An OSD that does not answer in time is left out (the status
-/// says how many answered).
-async fn osd_used_bytes(map: &ClusterMap) -> BTreeMap<u32, u64> {
+async fn list_pgs(State(shared): State<Arc<Shared>>, Query(filter): Query<PgFilter>) -> ApiResult<Json<PgList>> {
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
+    let pools: Vec<&cluster::PoolRecord> = match &filter.pool {
+        None => map.pools.values().collect(),
+        Some(name) => vec![map
+            .pool_by_name(name)
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no pool named {name:?}")))?],
+    };
+    if let Some(state) = &filter.state {
+        if !PG_STATES.contains(&state.as_str()) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("unknown pg state {state:?}; states are {}", PG_STATES.join(", ")),
+            ));
+        }
+    }
+    let answers = ask_osds(&map).await;
+    let pgs = pools
+        .into_iter()
+        .flat_map(|pool| views::pg_views(pool, &map, &answers))
+        .filter(|pg| filter.state.as_ref().is_none_or(|state| matches_state(pg, state)))
+        .collect();
+    Ok(Json(PgList { pgs }))
+}
+
+/// The states `GET /pgs?state=` filters by: `active` and `degraded` as the summary counts them.
+const PG_STATES: [&str; 8] =
+    ["active", "clean", "degraded", "recovering", "peering", "inactive", "unknown", "undersized"];
+
+fn matches_state(pg: &views::PgView, state: &str) -> bool {
+    let serving = matches!(pg.state.as_str(), "clean" | "degraded" | "recovering");
+    match state {
+        "active" => serving,
+        "degraded" => serving && pg.acting.len() < pg.target.len(),
+        "undersized" => pg.acting.len() < pg.target.len(),
+        other => pg.state == other,
+    }
+}
+
+/// How long the mon waits for an OSD's answers about its usage and PGs.
+const OSD_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Asks every up OSD for its space usage and the states of the PGs it leads, all at once, over
+/// the wire protocol: statistics stay out of the metadata store. An OSD that does not answer in
+/// time is left out (its PGs show as `unknown`; the status says how many answered).
+async fn ask_osds(map: &ClusterMap) -> views::OsdAnswers {
     let mut asks = tokio::task::JoinSet::new();
     for &osd in map.live.keys() {
         let Some(address) = map.address(osd).map(str::to_string) else { continue };
         asks.spawn(async move {
             let ask = async {
                 let connection = net::connect(&address).await.map_err(|error| error.to_string())?;
-                let reply = connection.call(0, wire::Request::Space).await.map_err(|error| error.to_string())?;
-                match reply.response {
-                    wire::Response::Space { used_bytes, .. } => Ok(used_bytes),
+                let space = connection.call(0, wire::Request::Space);
+                let pgs = connection.call(0, wire::Request::PgStates);
+                let (space, pgs) = futures_util::future::join(space, pgs).await;
+                let used_bytes = match space.map_err(|error| error.to_string())?.response {
+                    wire::Response::Space { used_bytes, .. } => used_bytes,
+                    other => return Err(format!("answered {:?}", other.opcode())),
+                };
+                match pgs.map_err(|error| error.to_string())?.response {
+                    wire::Response::PgStates { history_writes, pgs } => Ok((used_bytes, history_writes, pgs)),
                     other => Err(format!("answered {:?}", other.opcode())),
                 }
             };
             let answer =
-                tokio::time::timeout(USAGE_TIMEOUT, ask).await.unwrap_or_else(|_| Err("no answer in time".into()));
+                tokio::time::timeout(OSD_ANSWER_TIMEOUT, ask).await.unwrap_or_else(|_| Err("no answer in time".into()));
             (osd, address, answer)
         });
     }
-    let mut usage = BTreeMap::new();
+    let mut answers = views::OsdAnswers::default();
     while let Some(joined) = asks.join_next().await {
         match joined {
-            Ok((osd, _, Ok(answer))) => {
-                usage.insert(osd, answer);
+            Ok((osd, _, Ok((used_bytes, history_writes, pgs)))) => {
+                answers.used_bytes.insert(osd, used_bytes);
+                answers.history_writes.insert(osd, history_writes);
+                for report in pgs {
+                    answers.pgs.insert((report.pg.pool, report.pg.pg), (osd, report));
+                }
             }
-            Ok((osd, address, Err(reason))) => tracing::debug!(osd, %address, %reason, "no space usage from an osd"),
-            Err(error) => tracing::warn!(%error, "asking an osd for its space usage failed"),
+            Ok((osd, address, Err(reason))) => tracing::debug!(osd, %address, %reason, "no answer from an osd"),
+            Err(error) => tracing::warn!(%error, "asking an osd for its usage failed"),
         }
     }
-    usage
+    answers
 }
 
 async fn list_pools(State(shared): State<Arc<Shared>>) -> ApiResult<Json<PoolList>> {
     let map = cluster_watch::load(shared.store.as_ref()).await?;
-    Ok(Json(PoolList { pools: map.pools.values().map(|pool| views::pool_view(pool, &map)).collect() }))
+    let answers = ask_osds(&map).await;
+    Ok(Json(PoolList { pools: map.pools.values().map(|pool| views::pool_view(pool, &map, &answers)).collect() }))
 }
 
 async fn get_pool(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<PoolView>> {
     let map = cluster_watch::load(shared.store.as_ref()).await?;
     let pool = map.pool_by_name(&name).ok_or_else(|| AdminError::NotFound(format!("pool {name:?} does not exist")))?;
-    Ok(Json(views::pool_view(pool, &map)))
+    let answers = ask_osds(&map).await;
+    Ok(Json(views::pool_view(pool, &map, &answers)))
 }
 
 async fn create_pool(
@@ -218,14 +278,14 @@ async fn create_pool(
     let store = shared.store.as_ref();
     let pool = admin::create_pool(store, &request).await?;
     let map = cluster_watch::load(store).await?;
-    Ok((StatusCode::CREATED, Json(views::pool_view(&pool, &map))))
+    Ok((StatusCode::CREATED, Json(views::pool_view(&pool, &map, &views::OsdAnswers::default()))))
 }
 
 async fn delete_pool(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<PoolView>> {
     let store = shared.store.as_ref();
     let pool = admin::delete_pool(store, &name).await?;
     let map = cluster_watch::load(store).await?;
-    Ok(Json(views::pool_view(&pool, &map)))
+    Ok(Json(views::pool_view(&pool, &map, &views::OsdAnswers::default())))
 }
 
 fn volume_view(shared: &Shared, volume: &cluster::VolumeRecord, map: &ClusterMap) -> VolumeView {

@@ -21,11 +21,13 @@ pub mod reaper;
 pub mod stderr_log;
 pub mod views;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cluster::ClusterMap;
 use cluster_watch::MapWatcher;
 use meta::{MetaError, MetaStore};
 use tokio::net::TcpListener;
@@ -43,8 +45,8 @@ pub const LEASE_TTL_DEFAULT: Duration = Duration::from_secs(5);
 /// How often the leader renews its lease: a third of the TTL leaves two chances before expiry.
 pub const KEEP_ALIVE_INTERVAL_DEFAULT: Duration = Duration::from_millis(1500);
 /// How long a freshly started mon keeps the members of stored tables that have no liveness key
-/// (ADR 0005): one OSD lease TTL.
-pub const LIVENESS_GRACE_DEFAULT: Duration = Duration::from_secs(10);
+/// (ADR 0005): an OSD lease TTL (3 s by default, ADR 0015) and two renewals past it.
+pub const LIVENESS_GRACE_DEFAULT: Duration = Duration::from_secs(5);
 
 /// How one mon runs.
 #[derive(Debug, Clone)]
@@ -113,6 +115,53 @@ pub(crate) struct Shared {
     pub role: watch::Sender<Role>,
     /// When the mon started, for the liveness grace.
     pub started: tokio::time::Instant,
+    /// When this mon first saw each registered OSD without a liveness key.
+    pub down: std::sync::Mutex<BTreeMap<u32, std::time::SystemTime>>,
+    /// The recovery backlog at the previous status, for its rate.
+    pub recovery_sample: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+impl Shared {
+    /// The registered OSDs without a liveness key, and since when this mon has seen them so.
+    pub(crate) fn down_since(&self, map: &ClusterMap) -> Vec<views::OsdDownView> {
+        let now = std::time::SystemTime::now();
+        let mut down = self.down.lock().expect("the down table is never poisoned");
+        down.retain(|osd, _| map.osds.contains_key(osd) && !map.live.contains_key(osd));
+        map.osds
+            .keys()
+            .filter(|osd| !map.live.contains_key(osd))
+            .map(|&osd| {
+                let since = *down.entry(osd).or_insert(now);
+                let since_unix_s = since.duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs());
+                views::OsdDownView { id: osd, since_unix_s }
+            })
+            .collect()
+    }
+
+    /// The recovery backlog, with its rate since the previous call.
+    pub(crate) fn recovery(
+        &self,
+        map: &ClusterMap,
+        answers: &views::OsdAnswers,
+        object_size_bytes: u32,
+    ) -> views::RecoveryView {
+        let objects_left: u64 =
+            map.pools.values().flat_map(|pool| views::pg_views(pool, map, answers)).map(|pg| pg.objects_left).sum();
+        let bytes_left = objects_left * u64::from(object_size_bytes);
+        let now = std::time::Instant::now();
+        let mut sample = self.recovery_sample.lock().expect("the recovery sample is never poisoned");
+        let bytes_per_s = sample.and_then(|(at, before)| {
+            let seconds = now.duration_since(at).as_secs_f64();
+            (before > bytes_left && seconds > 0.0).then(|| (before - bytes_left) as f64 / seconds)
+        });
+        *sample = Some((now, bytes_left));
+        views::RecoveryView {
+            objects_left,
+            bytes_left,
+            bytes_per_s,
+            seconds_left: bytes_per_s.map(|rate| bytes_left as f64 / rate),
+        }
+    }
 }
 
 pub(crate) struct ResolvedConfig {
@@ -166,6 +215,8 @@ impl Mon {
             progress: Default::default(),
             role,
             started: tokio::time::Instant::now(),
+            down: Default::default(),
+            recovery_sample: Default::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();

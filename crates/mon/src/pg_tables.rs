@@ -255,7 +255,10 @@ mod tests {
             }
             assert_eq!(new, &expected, "pg {pg}: the remaining members keep their order");
         }
-        assert_eq!(next_table(&pool, &osd_infos(&down, Some(&second), false), Some(&second), false), TableChange::Unchanged);
+        assert_eq!(
+            next_table(&pool, &osd_infos(&down, Some(&second), false), Some(&second), false),
+            TableChange::Unchanged
+        );
         let back = map(&osds, &[1, 2, 3, 4]);
         let third = publish(next_table(&pool, &osd_infos(&back, Some(&second), false), Some(&second), false));
         for (pg, ((epoch, acting), (third_epoch, third_acting))) in second.pgs.iter().zip(&third.pgs).enumerate() {

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cluster::{ClusterMap, OsdRecord, PgTableRecord, PoolRecord, VolumeRecord};
+use cluster::{ClusterMap, OsdRecord, PoolRecord, VolumeRecord};
 use serde::{Deserialize, Serialize};
 
 use crate::reaper::DeletionProgress;
@@ -30,24 +30,136 @@ pub struct ClusterView {
     pub leader: Option<LeaderView>,
 }
 
-/// PG counts by state. `active`: every member up and the PG at full size; `degraded`: fewer up
-/// than the pool's size but at least `min_size`; `inactive`: fewer than `min_size` up, or no
-/// table published yet.
+/// PG counts by state (`docs/design/peering.md`, "States"), as the PGs' primaries report them.
+/// `active`: serving reads and writes; `clean`: active, every target member acting and holding
+/// every object; `degraded`: active with fewer acting members than its target set;
+/// `recovering`: active while members catch up; `peering`: its primary is bringing it up;
+/// `inactive`: not serving (fewer than `min_size` members up, a recorded set unreachable, no
+/// table yet); `unknown`: its primary did not answer the mon in time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgSummary {
     pub total: u64,
     pub active: u64,
+    #[serde(default)]
+    pub clean: u64,
     pub degraded: u64,
+    #[serde(default)]
+    pub peering: u64,
+    #[serde(default)]
+    pub recovering: u64,
     pub inactive: u64,
+    #[serde(default)]
+    pub unknown: u64,
 }
 
 impl PgSummary {
     fn add(&mut self, other: PgSummary) {
         self.total += other.total;
         self.active += other.active;
+        self.clean += other.clean;
         self.degraded += other.degraded;
+        self.peering += other.peering;
+        self.recovering += other.recovering;
         self.inactive += other.inactive;
+        self.unknown += other.unknown;
     }
+
+    fn count(&mut self, pg: &PgView) {
+        self.total += 1;
+        let serving = matches!(pg.state.as_str(), "clean" | "degraded" | "recovering");
+        if serving {
+            self.active += 1;
+            if pg.acting.len() < pg.target.len() {
+                self.degraded += 1;
+            }
+        }
+        match pg.state.as_str() {
+            "clean" => self.clean += 1,
+            "recovering" => self.recovering += 1,
+            "peering" => self.peering += 1,
+            "inactive" => self.inactive += 1,
+            "degraded" => {}
+            _ => self.unknown += 1,
+        }
+    }
+}
+
+/// One PG, as `GET /pgs` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgView {
+    pub pool: u32,
+    pub pg: u32,
+    pub epoch: u64,
+    pub primary: Option<u32>,
+    /// The members serving it now, primary first.
+    pub acting: Vec<u32>,
+    /// The OSDs placement chose for it.
+    pub target: Vec<u32>,
+    /// `clean`, `degraded`, `recovering`, `peering`, `inactive` or `unknown` (as [`PgSummary`]).
+    pub state: String,
+    /// Objects its primary still has to copy to members that lack them.
+    pub objects_left: u64,
+}
+
+/// `GET /pgs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PgList {
+    pub pgs: Vec<PgView>,
+}
+
+/// What the up OSDs answered the mon: space usage, and the PGs each is the primary of.
+#[derive(Debug, Clone, Default)]
+pub struct OsdAnswers {
+    pub used_bytes: BTreeMap<u32, u64>,
+    /// Reports by PG, from the OSD that answered for it.
+    pub pgs: BTreeMap<(u32, u32), (u32, wire::PgReport)>,
+    /// Metadata-store writes of PG histories per OSD since it started.
+    pub history_writes: BTreeMap<u32, u64>,
+}
+
+/// Every PG of `pool` with its state.
+pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Vec<PgView> {
+    let Some(table) = map.pg_tables.get(&pool.id) else {
+        return (0..pool.pg_count)
+            .map(|pg| PgView {
+                pool: pool.id,
+                pg,
+                epoch: 0,
+                primary: None,
+                acting: Vec::new(),
+                target: Vec::new(),
+                state: "inactive".into(),
+                objects_left: 0,
+            })
+            .collect();
+    };
+    (0..pool.pg_count)
+        .map(|pg| {
+            let (epoch, acting) = table.pgs.get(pg as usize).cloned().unwrap_or_default();
+            let primary = acting.first().copied();
+            let report = answers.pgs.get(&(pool.id, pg)).filter(|(osd, _)| Some(*osd) == primary).map(|(_, r)| r);
+            let state = match report {
+                _ if acting.len() < usize::from(pool.min_size.max(1)) => "inactive".to_string(),
+                Some(report) if report.epoch == epoch => match wire::PgStateCode::from_u32(report.state) {
+                    Some(code) => code.name().to_string(),
+                    None => "unknown".to_string(),
+                },
+                // Its primary answered but has not caught up with this epoch yet.
+                _ if primary.is_some_and(|osd| answers.history_writes.contains_key(&osd)) => "peering".to_string(),
+                _ => "unknown".to_string(),
+            };
+            PgView {
+                pool: pool.id,
+                pg,
+                epoch,
+                primary,
+                target: table.target(pg as usize).to_vec(),
+                acting,
+                state,
+                objects_left: report.filter(|report| report.epoch == epoch).map_or(0, |report| report.objects_left),
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,15 +270,41 @@ pub struct Capacity {
     pub reporting_osds: u64,
 }
 
+/// An OSD that is down, and since when (as the answering mon saw it go: Unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdDownView {
+    pub id: u32,
+    pub since_unix_s: u64,
+}
+
+/// Objects still to copy to members that lack them, over every PG, and how fast that goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryView {
+    pub objects_left: u64,
+    /// At most: objects are copied whole, written or not.
+    pub bytes_left: u64,
+    /// Since the answering mon's previous status, `null` without one or without progress.
+    pub bytes_per_s: Option<f64>,
+    pub seconds_left: Option<f64>,
+}
+
 /// `GET /status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusView {
     pub cluster_id: String,
     pub leader: Option<LeaderView>,
     pub osds: OsdCounts,
+    #[serde(default)]
+    pub osds_down: Vec<OsdDownView>,
     pub pools: u64,
     pub volumes: u64,
     pub pgs: PgSummary,
+    #[serde(default)]
+    pub recovery: RecoveryView,
+    /// Metadata-store writes of PG histories, summed over the up OSDs that answered, since each
+    /// started.
+    #[serde(default)]
+    pub pg_history_writes: u64,
     pub capacity: Capacity,
 }
 
@@ -177,30 +315,15 @@ pub struct ErrorView {
 }
 
 /// Counts a pool's PGs by state.
-pub fn pg_summary(pool: &PoolRecord, table: Option<&PgTableRecord>, map: &ClusterMap) -> PgSummary {
-    let size = usize::from(pool.redundancy.copies());
-    let min_size = usize::from(pool.min_size);
-    let mut summary = PgSummary { total: u64::from(pool.pg_count), ..PgSummary::default() };
-    let Some(table) = table else {
-        summary.inactive = summary.total;
-        return summary;
-    };
-    for (_, members) in table.pgs.iter().take(pool.pg_count as usize) {
-        let up_count = members.iter().filter(|osd| map.live.contains_key(osd)).count();
-        if up_count == size && members.len() == size {
-            summary.active += 1;
-        } else if up_count >= min_size && up_count > 0 {
-            summary.degraded += 1;
-        } else {
-            summary.inactive += 1;
-        }
+pub fn pg_summary(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> PgSummary {
+    let mut summary = PgSummary::default();
+    for pg in pg_views(pool, map, answers) {
+        summary.count(&pg);
     }
-    // A table shorter than the pool (never written so by the mon) leaves PGs without members.
-    summary.inactive += summary.total - summary.active - summary.degraded - summary.inactive;
     summary
 }
 
-pub fn pool_view(pool: &PoolRecord, map: &ClusterMap) -> PoolView {
+pub fn pool_view(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> PoolView {
     let table = map.pg_tables.get(&pool.id);
     PoolView {
         id: pool.id,
@@ -211,7 +334,7 @@ pub fn pool_view(pool: &PoolRecord, map: &ClusterMap) -> PoolView {
         failure_domain: pool.failure_domain.to_string(),
         tags: pool.osd_tags.iter().cloned().collect(),
         table_epoch: table.map(|table| table.table_epoch),
-        pgs: pg_summary(pool, table, map),
+        pgs: pg_summary(pool, map, answers),
     }
 }
 
@@ -279,27 +402,32 @@ pub fn osd_tree(map: &ClusterMap) -> OsdTree {
     }
 }
 
-/// `used_bytes`: what each OSD that answered the mon holds; only up OSDs count.
+/// `answers`: what the up OSDs answered the mon; only up OSDs' usage counts.
 pub fn status_view(
     cluster_id: String,
     leader: Option<LeaderView>,
     map: &ClusterMap,
-    used_bytes: &BTreeMap<u32, u64>,
+    answers: &OsdAnswers,
+    osds_down: Vec<OsdDownView>,
+    recovery: RecoveryView,
 ) -> StatusView {
     let mut pgs = PgSummary::default();
     for pool in map.pools.values() {
-        pgs.add(pg_summary(pool, map.pg_tables.get(&pool.id), map));
+        pgs.add(pg_summary(pool, map, answers));
     }
     let up: BTreeSet<u32> = map.osds.keys().filter(|id| map.live.contains_key(id)).copied().collect();
-    let reports: Vec<u64> = up.iter().filter_map(|id| used_bytes.get(id).copied()).collect();
+    let reports: Vec<u64> = up.iter().filter_map(|id| answers.used_bytes.get(id).copied()).collect();
     let reporting = reports.len() as u64;
     StatusView {
         cluster_id,
         leader,
         osds: OsdCounts { up: up.len() as u64, total: map.osds.len() as u64 },
+        osds_down,
         pools: map.pools.len() as u64,
         volumes: map.volumes.len() as u64,
         pgs,
+        recovery,
+        pg_history_writes: up.iter().filter_map(|id| answers.history_writes.get(id)).sum(),
         capacity: Capacity {
             total_bytes: map.osds.values().map(|osd| osd.capacity_bytes).sum(),
             used_bytes: (reporting > 0).then(|| reports.iter().sum()),
@@ -314,7 +442,7 @@ mod tests {
 
     use cluster::{ClusterMap, OsdLiveRecord, OsdRecord};
 
-    use super::status_view;
+    use super::{status_view, OsdAnswers, RecoveryView};
 
     fn map(osds: &[u32], live: &[u32]) -> ClusterMap {
         let mut map = ClusterMap::default();
@@ -342,14 +470,18 @@ mod tests {
     #[test]
     fn status_sums_the_usage_reported_by_up_osds_only() {
         let map = map(&[1, 2, 3], &[1, 2]);
-        let none = status_view("c".into(), None, &map, &BTreeMap::new()).capacity;
+        let view = |used_bytes: BTreeMap<u32, u64>| {
+            let answers = OsdAnswers { used_bytes, ..OsdAnswers::default() };
+            status_view("c".into(), None, &map, &answers, Vec::new(), RecoveryView::default()).capacity
+        };
+        let none = view(BTreeMap::new());
         assert_eq!((none.total_bytes, none.used_bytes, none.reporting_osds), (3 << 30, None, 0));
         // OSD 3 is down (say it answered just before its lease ran out): it is not counted.
         let stats = BTreeMap::from([(1, 10 << 20), (3, 500 << 20)]);
-        let partial = status_view("c".into(), None, &map, &stats).capacity;
+        let partial = view(stats);
         assert_eq!((partial.used_bytes, partial.reporting_osds), (Some(10 << 20), 1));
         let stats = BTreeMap::from([(1, 10 << 20), (2, 20 << 20), (3, 500 << 20)]);
-        let all = status_view("c".into(), None, &map, &stats).capacity;
+        let all = view(stats);
         assert_eq!((all.used_bytes, all.reporting_osds), (Some(30 << 20), 2));
     }
 }

@@ -79,7 +79,7 @@ impl OsdConfig {
             host: None,
             rack: None,
             tags: BTreeSet::new(),
-            lease_ttl: Duration::from_secs(10),
+            lease_ttl: Duration::from_secs(3),
             spin: Duration::ZERO,
             epoch_wait: Duration::from_millis(1500),
             secondary_timeout: Duration::from_secs(5),

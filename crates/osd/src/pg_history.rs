@@ -33,7 +33,12 @@ pub(crate) enum Written {
 }
 
 /// Replaces the PG's history with `history` if its record is still at `revision`.
-pub(crate) async fn write(store: &dyn MetaStore, pg: PgId, history: &History, revision: i64) -> Result<Written, String> {
+pub(crate) async fn write(
+    store: &dyn MetaStore,
+    pg: PgId,
+    history: &History,
+    revision: i64,
+) -> Result<Written, String> {
     let key = keys::pg_history(pg.pool, pg.pg);
     let record = PgHistoryRecord { version: cluster::records::FORMAT_VERSION, history: history.clone() };
     let response = store

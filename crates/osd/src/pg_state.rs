@@ -13,7 +13,7 @@ use std::time::Instant;
 use cluster::peering::{History, Interval};
 use engine::ObjectId;
 use tokio::sync::Notify;
-use wire::PgId;
+use wire::{PgId, PgReport, PgStateCode};
 
 use crate::ops::OpError;
 
@@ -32,7 +32,9 @@ pub(crate) enum Phase {
     /// Collecting the members' lists and bringing the first members up to date.
     Peering,
     /// Not serving: a recorded set is unreachable, or too few members answered.
-    Inactive { reason: String },
+    Inactive {
+        reason: String,
+    },
     Active(Active),
 }
 
@@ -106,16 +108,26 @@ impl Pg {
         self.with_phase(|phase| matches!(phase, Phase::Active(_)))
     }
 
-    /// The state's name, as `basalt pg ls` shows it.
-    pub(crate) fn state_name(&self) -> &'static str {
+    /// The state as the primary reports it.
+    pub(crate) fn state_code(&self) -> PgStateCode {
         self.with_phase(|phase| match phase {
-            Phase::Peering => "peering",
-            Phase::Inactive { .. } => "inactive",
-            Phase::Active(active) if active.clean() => "clean",
-            Phase::Active(active) if active.recovery_left() != (0, 0) => "recovering",
-            Phase::Active(active) if active.acting.len() < active.target.len() => "degraded",
-            Phase::Active(_) => "active",
+            Phase::Peering => PgStateCode::Peering,
+            Phase::Inactive { .. } => PgStateCode::Inactive,
+            Phase::Active(active) if active.clean() => PgStateCode::Clean,
+            Phase::Active(active) if active.recovery_left() != (0, 0) => PgStateCode::Recovering,
+            Phase::Active(_) => PgStateCode::Degraded,
         })
+    }
+
+    pub(crate) fn report(&self) -> PgReport {
+        let (objects_left, members_unlisted) = self.with_active(|active| active.recovery_left()).unwrap_or_default();
+        PgReport {
+            pg: self.id,
+            epoch: self.epoch,
+            state: self.state_code() as u32,
+            members_unlisted: members_unlisted as u32,
+            objects_left: objects_left as u64,
+        }
     }
 }
 

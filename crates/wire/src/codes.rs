@@ -40,11 +40,13 @@ pub enum Opcode {
     Ping = 33,
     /// Admin: the OSD's space usage (for `basalt status`; statistics stay out of the metadata store).
     Space = 34,
+    /// Admin: the state of every PG the OSD is the primary of (for `basalt status`, `basalt pg ls`).
+    PgStates = 35,
 }
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 13] = [
+    pub const ALL: [Opcode; 14] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
@@ -58,6 +60,7 @@ impl Opcode {
         Opcode::ObjectInfo,
         Opcode::Ping,
         Opcode::Space,
+        Opcode::PgStates,
     ];
 
     /// The opcode with this number, or `None` if this build does not know it.

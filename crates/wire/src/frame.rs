@@ -11,7 +11,7 @@ use bytes::Bytes;
 use crate::codes::{Opcode, Status};
 use crate::error::{BodyKind, DecodeError};
 use crate::header::{Header, FLAG_REPLY, HEADER_SIZE_BYTES};
-use crate::limits::{LIST_ENTRY_SIZE_BYTES, PAYLOAD_SIZE_MAX_BYTES};
+use crate::limits::{LIST_ENTRY_SIZE_BYTES, PAYLOAD_SIZE_MAX_BYTES, PG_REPORT_SIZE_BYTES};
 
 /// A placement group: `(pool, pg)`. Every op on a PG's data names it, so a responder checks the
 /// header's epoch against that PG before anything else.
@@ -23,6 +23,58 @@ pub struct PgId {
 
 /// An object: the engine's `ObjectId` (`types`), encoded field by field.
 pub use types::ObjectId;
+
+/// One entry of a PgStates reply: a PG its primary serves, or is bringing up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PgReport {
+    pub pg: PgId,
+    pub epoch: u64,
+    /// A [`PgStateCode`] as a number: an unknown code is the reader's to show, not an error.
+    pub state: u32,
+    /// Acting members whose object lists the primary does not have yet.
+    pub members_unlisted: u32,
+    /// Objects still to copy to members that lack them.
+    pub objects_left: u64,
+}
+
+/// The states a primary reports (`docs/design/peering.md`, "States").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u32)]
+pub enum PgStateCode {
+    Peering = 1,
+    /// Not serving: a recorded set unreachable, or fewer than min_size members.
+    Inactive = 2,
+    /// Serving, every acting member complete, but not every target member acting.
+    Degraded = 3,
+    /// Serving while members catch up.
+    Recovering = 4,
+    /// Serving; every target member acting and complete.
+    Clean = 5,
+}
+
+impl PgStateCode {
+    pub const ALL: [PgStateCode; 5] = [
+        PgStateCode::Peering,
+        PgStateCode::Inactive,
+        PgStateCode::Degraded,
+        PgStateCode::Recovering,
+        PgStateCode::Clean,
+    ];
+
+    pub fn from_u32(value: u32) -> Option<PgStateCode> {
+        PgStateCode::ALL.into_iter().find(|code| *code as u32 == value)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PgStateCode::Peering => "peering",
+            PgStateCode::Inactive => "inactive",
+            PgStateCode::Degraded => "degraded",
+            PgStateCode::Recovering => "recovering",
+            PgStateCode::Clean => "clean",
+        }
+    }
+}
 
 /// One entry of a SecList reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,6 +150,8 @@ pub enum Request {
     Ping,
     /// The OSD's space usage.
     Space,
+    /// The states of the PGs the OSD is the primary of.
+    PgStates,
     /// Whether `object` exists at the PG's primary (`Ok` with its version, or `NoSuchObject`).
     Stat {
         pg: PgId,
@@ -141,6 +195,11 @@ pub enum Response {
         total_bytes: u64,
         object_count: u64,
     },
+    /// `history_writes`: metadata-store writes of PG histories since the OSD started.
+    PgStates {
+        history_writes: u64,
+        pgs: Vec<PgReport>,
+    },
     /// `status` is never `Status::Ok`. The body is empty; for `WrongEpoch` the frame's epoch is the responder's.
     Failed {
         opcode: Opcode,
@@ -181,6 +240,7 @@ impl Request {
             Request::ObjectInfo { .. } => Opcode::ObjectInfo,
             Request::Ping => Opcode::Ping,
             Request::Space => Opcode::Space,
+            Request::PgStates => Opcode::PgStates,
             Request::Stat { .. } => Opcode::Stat,
         }
     }
@@ -198,7 +258,7 @@ impl Request {
             | Request::SecList { pg, .. }
             | Request::ObjectInfo { pg, .. }
             | Request::Stat { pg, .. } => Some(pg),
-            Request::Flush | Request::Ping | Request::Space => None,
+            Request::Flush | Request::Ping | Request::Space | Request::PgStates => None,
         }
     }
 }
@@ -218,6 +278,7 @@ impl Response {
             Response::ObjectInfo { .. } => Opcode::ObjectInfo,
             Response::Ping => Opcode::Ping,
             Response::Space { .. } => Opcode::Space,
+            Response::PgStates { .. } => Opcode::PgStates,
             Response::Stat { .. } => Opcode::Stat,
             Response::Failed { opcode, .. } => *opcode,
         }
@@ -256,6 +317,7 @@ impl Frame {
         match &self.body {
             Body::Request(request) => request_fields_size_bytes(request.opcode()) + request_data(request).len(),
             Body::Response(Response::SecList { entries }) => 4 + entries.len() * LIST_ENTRY_SIZE_BYTES as usize,
+            Body::Response(Response::PgStates { pgs, .. }) => 12 + pgs.len() * PG_REPORT_SIZE_BYTES as usize,
             Body::Response(response) => reply_fields_size_bytes(response) + response_data(response).len(),
         }
     }
@@ -347,7 +409,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
     match opcode {
         Opcode::Read | Opcode::WriteZeroes | Opcode::Trim => PG + 8 + 8 + 4,
         Opcode::Write => PG + 8 + 8,
-        Opcode::Flush | Opcode::Ping | Opcode::Space => 0,
+        Opcode::Flush | Opcode::Ping | Opcode::Space | Opcode::PgStates => 0,
         Opcode::SecRead => PG + OBJECT + 4 + 4,
         Opcode::SecWrite => PG + OBJECT + 8 + 4,
         Opcode::SecDelete => PG + OBJECT + 8,
@@ -364,6 +426,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
         Response::Stat { .. } => 8,
         Response::Space { .. } => 24,
         Response::SecList { .. } => 4,
+        Response::PgStates { .. } => 8 + 4,
         _ => 0,
     }
 }
@@ -398,7 +461,7 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
             put_u64(out, *offset_bytes);
             out.extend_from_slice(data);
         }
-        Request::Flush | Request::Ping | Request::Space => {}
+        Request::Flush | Request::Ping | Request::Space | Request::PgStates => {}
         Request::SecRead { pg, object, offset_bytes, length_bytes } => {
             put_pg(out, *pg);
             put_object(out, *object);
@@ -461,6 +524,17 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
             put_u64(out, *total_bytes);
             put_u64(out, *object_count);
         }
+        Response::PgStates { history_writes, pgs } => {
+            put_u64(out, *history_writes);
+            put_u32(out, pgs.len() as u32);
+            for report in pgs {
+                put_pg(out, report.pg);
+                put_u64(out, report.epoch);
+                put_u32(out, report.state);
+                put_u32(out, report.members_unlisted);
+                put_u64(out, report.objects_left);
+            }
+        }
         Response::Failed { status, .. } => assert_ne!(*status, Status::Ok),
     }
 }
@@ -507,6 +581,7 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         Opcode::ObjectInfo => Request::ObjectInfo { pg: reader.pg()?, object: reader.object()? },
         Opcode::Ping => Request::Ping,
         Opcode::Space => Request::Space,
+        Opcode::PgStates => Request::PgStates,
         Opcode::Stat => Request::Stat { pg: reader.pg()?, object: reader.object()? },
     })
 }
@@ -547,6 +622,24 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
         Opcode::Stat => {
             reader.require(8)?;
             Response::Stat { version: reader.u64()? }
+        }
+        Opcode::PgStates => {
+            reader.require(12)?;
+            let history_writes = reader.u64()?;
+            let count = reader.u32()?;
+            // Checked against the bytes present before allocating, as for SecList.
+            reader.require(12 + u64::from(count) * u64::from(PG_REPORT_SIZE_BYTES))?;
+            let mut pgs = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                pgs.push(PgReport {
+                    pg: reader.pg()?,
+                    epoch: reader.u64()?,
+                    state: reader.u32()?,
+                    members_unlisted: reader.u32()?,
+                    objects_left: reader.u64()?,
+                });
+            }
+            Response::PgStates { history_writes, pgs }
         }
     })
 }

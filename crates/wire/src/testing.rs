@@ -1,7 +1,7 @@
 //! Fixed sample frames for the unit tests: one of every request and every reply, with field
 //! values whose bytes are all distinct, so a misplaced field shows up in a round trip.
 
-use crate::{Bytes, Frame, ListEntry, ObjectId, Opcode, PgId, Request, Response, Status};
+use crate::{Bytes, Frame, ListEntry, ObjectId, Opcode, PgId, PgReport, Request, Response, Status};
 
 pub(crate) fn sample_requests() -> Vec<Request> {
     let pg = PgId { pool: 0x0102_0304, pg: 0x0506_0708 };
@@ -25,6 +25,7 @@ pub(crate) fn sample_requests() -> Vec<Request> {
         Request::ObjectInfo { pg, object },
         Request::Ping,
         Request::Space,
+        Request::PgStates,
         Request::Stat { pg, object },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| requests.iter().any(|request| request.opcode() == *opcode)));
@@ -49,6 +50,19 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::Ping,
         Response::Stat { version: 79 },
         Response::Space { used_bytes: 1 << 30, total_bytes: 1 << 40, object_count: 8192 },
+        Response::PgStates {
+            history_writes: 0x7172_7374_7576_7778,
+            pgs: vec![
+                PgReport { pg: PgId { pool: 1, pg: 2 }, epoch: 3, state: 5, members_unlisted: 0, objects_left: 0 },
+                PgReport {
+                    pg: PgId { pool: 4, pg: 5 },
+                    epoch: 6,
+                    state: 99,
+                    members_unlisted: 7,
+                    objects_left: 1 << 40,
+                },
+            ],
+        },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| responses.iter().any(|response| response.opcode() == *opcode)));
     for (index, status) in Status::ALL.into_iter().filter(|status| !status.is_ok()).enumerate() {

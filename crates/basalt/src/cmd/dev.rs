@@ -107,7 +107,7 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
         }
         let mut config = osd::OsdConfig::new(osd::Metadata::Store(store.clone()), &path, "127.0.0.1:0");
         config.host = Some("dev".to_string());
-        config.lease_ttl = Duration::from_secs(5);
+        config.lease_ttl = Duration::from_secs(3);
         config.down_reporter = Some(crate::down_reporter::MonReporter::api(api_address.to_string()));
         config.spin = Duration::from_micros(args.spin_us);
         if !args.no_local_sockets {

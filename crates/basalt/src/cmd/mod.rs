@@ -13,6 +13,7 @@ pub mod osd_admin;
 pub mod osd_info;
 pub mod osd_init;
 pub mod osd_run;
+pub mod pg;
 pub mod pool;
 pub mod status;
 pub mod volume;

@@ -42,7 +42,7 @@ pub struct Args {
     #[arg(long = "tags", value_name = "TAG,...", value_delimiter = ',')]
     pub tags: Vec<String>,
     /// TTL of the liveness lease, in seconds.
-    #[arg(long = "lease-ttl", value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long = "lease-ttl", value_name = "SECONDS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub lease_ttl_s: u64,
     /// Microseconds to keep polling for work before sleeping while ops are in flight (0: off).
     /// Lowers latency at the cost of CPU; keep it small on machines with few cores.

@@ -101,13 +101,17 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
                         pool.failure_domain.clone(),
                         list_cell(&pool.tags),
                         pool.pgs.active.to_string(),
+                        pool.pgs.clean.to_string(),
                         pool.pgs.degraded.to_string(),
                         pool.pgs.inactive.to_string(),
                     ]
                 })
                 .collect();
             print_table(
-                &["ID", "NAME", "REPLICAS", "MIN_SIZE", "PGS", "DOMAIN", "TAGS", "ACTIVE", "DEGRADED", "INACTIVE"],
+                &[
+                    "ID", "NAME", "REPLICAS", "MIN_SIZE", "PGS", "DOMAIN", "TAGS", "ACTIVE", "CLEAN", "DEGRADED",
+                    "INACTIVE",
+                ],
                 &rows,
             );
         }

@@ -33,12 +33,36 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
     println!("cluster   {}", status.cluster_id);
     println!("leader    {leader}");
     println!("osds      {} up of {}", status.osds.up, status.osds.total);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |now| now.as_secs());
+    for down in &status.osds_down {
+        println!("          osd.{} down for {} s", down.id, now.saturating_sub(down.since_unix_s));
+    }
     println!("pools     {}", status.pools);
     println!("volumes   {}", status.volumes);
+    let pgs = &status.pgs;
     println!(
-        "pgs       {} total: {} active, {} degraded, {} inactive",
-        status.pgs.total, status.pgs.active, status.pgs.degraded, status.pgs.inactive
+        "pgs       {} total: {} active ({} clean, {} degraded, {} recovering), {} peering, {} inactive{}",
+        pgs.total,
+        pgs.active,
+        pgs.clean,
+        pgs.degraded,
+        pgs.recovering,
+        pgs.peering,
+        pgs.inactive,
+        if pgs.unknown > 0 {
+            format!(", {} unknown (their primaries did not answer)", pgs.unknown)
+        } else {
+            String::new()
+        }
     );
+    let recovery = &status.recovery;
+    if recovery.objects_left > 0 {
+        let rate = match (recovery.bytes_per_s, recovery.seconds_left) {
+            (Some(rate), Some(left)) => format!(", {}/s, about {left:.0} s left", format_bytes(rate as u64)),
+            _ => String::new(),
+        };
+        println!("recovery  {} objects, {} left{rate}", recovery.objects_left, format_bytes(recovery.bytes_left));
+    }
     println!("capacity  {} (used: {used})", format_bytes(status.capacity.total_bytes));
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! Split by role, as the request's opcode decides it: `admission` decides, with no I/O, whether
 //! this OSD may serve a request at all; `primary` serves clients' reads and writes and
 //! replicates the writes; `secondary` applies what a primary sends; this file dispatches and
-//! serves the ops that address no PG's data (ObjectInfo, Flush, Ping, Space).
+//! serves the ops that address no PG's data (ObjectInfo, Flush, Ping, Space, PgStates);
+//! `peering` and `recovery` bring a PG up after its acting set changed.
 
 mod admission;
 mod connection;
@@ -213,7 +214,12 @@ impl Osd {
     }
 
     /// Serves one request frame and returns its reply frame.
-    pub(crate) async fn handle(self: &Rc<Self>, frame: Frame, connection: &ConnectionState, ticket: Ticket<'_>) -> Frame {
+    pub(crate) async fn handle(
+        self: &Rc<Self>,
+        frame: Frame,
+        connection: &ConnectionState,
+        ticket: Ticket<'_>,
+    ) -> Frame {
         let request_id = frame.request_id;
         let request_epoch = frame.epoch;
         let Body::Request(request) = frame.body else {
@@ -298,6 +304,7 @@ impl Osd {
                 Ok(Response::Flush)
             }
             Request::Ping => Ok(Response::Ping),
+            Request::PgStates => Ok(self.pg_states()),
             Request::Space => {
                 let space = self.engine.with(|engine| engine.space());
                 Ok(Response::Space {

@@ -17,7 +17,7 @@ use wire::{PgId, Request, Response};
 use super::admission::PgView;
 use super::Osd;
 use crate::pg_history;
-use crate::pg_state::{Active, Phase, Pg};
+use crate::pg_state::{Active, Pg, Phase};
 
 /// PGs peering at once on one OSD.
 pub(crate) const PEERING_CONCURRENCY: usize = 8;
@@ -66,8 +66,8 @@ impl Osd {
                     Some(state) => state.with_phase(|phase| matches!(phase, Phase::Inactive { .. })),
                 };
                 if again {
-                    // A PG that keeps failing to peer keeps its first sign for the failover time.
-                    let since = current.map_or(now, |state| state.since);
+                    // A PG that was not serving yet keeps its first sign, for the failover time.
+                    let since = current.filter(|state| !state.is_active()).map_or(now, |state| state.since);
                     self.peer(self.pgs.begin(id, *epoch, since));
                 }
             }
@@ -105,7 +105,7 @@ impl Osd {
                             osd = osd.id, pg = %pg, epoch = state.epoch, members,
                             peering_ms = started.elapsed().as_millis() as u64,
                             since_first_sign_ms = state.since.elapsed().as_millis() as u64,
-                            state = state.state_name(), "pg active"
+                            state = state.state_code().name(), "pg active"
                         );
                         if recovery || clean {
                             tokio::task::spawn_local(osd.clone().recover(state));
@@ -156,12 +156,19 @@ impl Osd {
         }
         listings.insert(self.id, self.list_local(pg.pg, view.pg_count));
 
-        let inputs =
-            peering::Inputs { epoch: state.epoch, acting: &acting, min_size: view.min_size, history: &history, listings: &listings };
+        let inputs = peering::Inputs {
+            epoch: state.epoch,
+            acting: &acting,
+            min_size: view.min_size,
+            history: &history,
+            listings: &listings,
+        };
         let plan = match peering::plan(&inputs) {
             Decision::Incomplete { unreachable, .. } => {
-                let sets: Vec<String> =
-                    unreachable.iter().map(|interval| format!("{:?} at epoch {}", interval.members, interval.epoch)).collect();
+                let sets: Vec<String> = unreachable
+                    .iter()
+                    .map(|interval| format!("{:?} at epoch {}", interval.members, interval.epoch))
+                    .collect();
                 return Err(format!("incomplete: no member of {} answered", sets.join(", ")));
             }
             Decision::TooFewMembers { reached, min_size, .. } => {
@@ -201,6 +208,13 @@ impl Osd {
             }
         }
         Ok(Active { acting, target, history, history_revision, missing, unlisted })
+    }
+
+    /// The PgStates reply: every PG this OSD leads, as far as one reply holds.
+    pub(super) fn pg_states(&self) -> Response {
+        let pgs =
+            self.pgs.all().iter().take(wire::limits::PG_REPORTS_MAX_COUNT as usize).map(|pg| pg.report()).collect();
+        Response::PgStates { history_writes: self.pgs.history_writes(), pgs }
     }
 
     pub(super) fn still_current(&self, state: &Rc<Pg>) -> Result<(), String> {

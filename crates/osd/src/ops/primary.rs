@@ -14,8 +14,8 @@ use std::rc::Rc;
 
 use super::admission::{self, PgView};
 use super::{recovery, OpError, Osd};
-use crate::pg_state::Pg;
 use crate::limits::OBJECT_SIZE_MAX_BYTES;
+use crate::pg_state::Pg;
 
 /// Zeros for WriteZeroes and partial Trims, sliced without allocating.
 static ZEROS: [u8; OBJECT_SIZE_MAX_BYTES] = [0; OBJECT_SIZE_MAX_BYTES];
@@ -104,7 +104,12 @@ impl Osd {
         result
     }
 
-    async fn replicate_active(self: &Rc<Self>, state: &Rc<Pg>, object: ObjectId, mutation: Mutation) -> Result<(), OpError> {
+    async fn replicate_active(
+        self: &Rc<Self>,
+        state: &Rc<Pg>,
+        object: ObjectId,
+        mutation: Mutation,
+    ) -> Result<(), OpError> {
         let (pg, epoch) = (state.id, state.epoch);
         let _object = self.locks.write(object).await;
         let _in_flight = self.pgs.write_started(pg);
@@ -189,8 +194,9 @@ impl Osd {
     /// Resolves once the map shows `pg` at another epoch than `epoch`.
     async fn epoch_moved(&self, pg: PgId, epoch: u64) {
         let mut receiver = self.map.clone();
-        let moved = receiver.wait_for(|map| map.pg(pg.pool, pg.pg).is_none_or(|state| state.epoch != epoch)).await;
-        if moved.is_err() {
+        let moved =
+            receiver.wait_for(|map| map.pg(pg.pool, pg.pg).is_none_or(|state| state.epoch != epoch)).await.is_ok();
+        if !moved {
             std::future::pending::<()>().await;
         }
     }

@@ -43,8 +43,12 @@ impl Osd {
                 self.object_size_bytes
             ));
         }
-        let write =
-            EngineRequest::WriteVersioned { object, offset_bytes: 0, data: AlignedBuffer::from_slice(&data), version: held };
+        let write = EngineRequest::WriteVersioned {
+            object,
+            offset_bytes: 0,
+            data: AlignedBuffer::from_slice(&data),
+            version: held,
+        };
         match self.engine.submit(write).await {
             Ok(_) => Ok(()),
             Err(EngineError::StaleVersion { current, .. }) if current >= held => Ok(()),
@@ -53,7 +57,14 @@ impl Osd {
     }
 
     /// Copies `object`, whole, from this OSD to `member`.
-    pub(super) async fn push(&self, pg: PgId, epoch: u64, member: u32, address: &str, object: ObjectId) -> Result<(), String> {
+    pub(super) async fn push(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        member: u32,
+        address: &str,
+        object: ObjectId,
+    ) -> Result<(), String> {
         let _object = self.locks.write(object).await;
         self.push_held(pg, epoch, member, address, object).await
     }
