@@ -49,8 +49,9 @@ async fn tables_follow_the_osd_map_and_epochs_move_only_for_changed_pgs() {
     set_live(store.as_ref(), 3, false).await;
     let third = wait_for_table(store.as_ref(), pool_id, "the degraded table", |t| t.table_epoch == 3).await;
     assert!(third.pgs.iter().all(|(_, members)| members.len() == 2));
+    // The OSDs here are liveness keys only: no primary reports its PGs' states.
     let (_, status) = http(mon.api_address(), "GET", "/status", None).await;
-    assert_eq!(status["pgs"]["degraded"], 32, "{status}");
+    assert_eq!((status["pgs"]["total"].as_u64(), status["pgs"]["unknown"].as_u64()), (Some(32), Some(32)), "{status}");
 
     // One OSD: one member per PG, below min_size. None: the last table stays.
     set_live(store.as_ref(), 1, false).await;
@@ -140,11 +141,11 @@ async fn a_fresh_mon_keeps_members_without_liveness_keys_for_the_grace() {
     mon.shutdown().await;
 }
 
-/// The default until peering and recovery exist: a published table never moves data, so an OSD
-/// that was away can never serve bytes that changed without it, and a new OSD never serves a PG
-/// it holds no data of. New pools use every live OSD.
+/// The default until backfill exists: a published table keeps its target sets, so a new OSD
+/// never serves a PG it holds no data of; acting sets follow liveness inside them. New pools
+/// use every live OSD.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn by_default_tables_keep_their_members_when_osds_come_and_go() {
+async fn by_default_tables_keep_their_targets_when_osds_come_and_go() {
     let (store, _dir) = embedded_store().await;
     live_osds(store.as_ref(), 1..=3).await;
     let mut config = config("mon-a");
@@ -158,10 +159,20 @@ async fn by_default_tables_keep_their_members_when_osds_come_and_go() {
 
     set_live(store.as_ref(), 3, false).await;
     live_osds(store.as_ref(), [4]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(pg_table(store.as_ref(), pool_id).await.unwrap(), first, "a published table moved");
+    let second = wait_for_table(store.as_ref(), pool_id, "acting sets without osd 3", |table| {
+        table.pgs.iter().all(|(_, acting)| !acting.contains(&3))
+    })
+    .await;
+    assert_eq!(second.to_placement(), first.to_placement(), "a published table's targets moved");
+    for ((epoch, acting), (first_epoch, first_acting)) in second.pgs.iter().zip(&first.pgs) {
+        let expected: Vec<u32> = first_acting.iter().copied().filter(|&osd| osd != 3).collect();
+        assert_eq!(acting, &expected);
+        assert_eq!(*epoch, first_epoch + u64::from(first_acting.contains(&3)));
+    }
+    // The OSDs here are liveness keys only: no primary answers, so every PG's state is unknown.
     let (_, status) = http(mon.api_address(), "GET", "/status", None).await;
-    assert_eq!(status["pgs"]["degraded"], 16, "{status}");
+    assert_eq!(status["pgs"]["unknown"], 16, "{status}");
+    assert_eq!(status["osds_down"][0]["id"], 3, "{status}");
 
     // A new pool is placed on the OSDs live now.
     let (status, second_pool) =

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The stall a guest sees across a failover: fio writes 4 KiB blocks at queue depth 8 through
+# `basalt nbd` while an OSD is killed (SIGKILL, then restarted) or stopped (SIGSTOP for longer
+# than its lease, then SIGCONT); the longest write completion of each run is its stall. Each run
+# is a fresh cluster (mon on its embedded store, three OSDs on files, 3 copies, min_size 2) in a
+# network namespace of its own. Prints one line per run, then the median and maximum per fault.
+#
+# Usage: scripts/bench-failover.sh [DIR]      (as root: it creates network namespaces)
+# Env:   BASALT_BIN    the basalt binary (default: built with cargo --release)
+#        KILLS=10      SIGKILL runs;  STOPS=3  SIGSTOP runs
+#        DOWN=3        seconds a killed OSD stays down; STOP=6 seconds a stopped one stays stopped
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=lib/basalt-bin.sh
+. scripts/lib/basalt-bin.sh
+dir=${1:-/var/tmp}/bench-failover
+kills=${KILLS:-10}
+stops=${STOPS:-3}
+
+one_run() { # MODE -> prints the longest write completion, ms
+    local mode=$1 d=$dir/$1-$2
+    rm -rf "$d"; mkdir -p "$d"
+    unshare -n bash -s "$basalt" "$d" "$mode" "${DOWN:-3}" "${STOP:-6}" <<'EOF'
+set -euo pipefail
+B=$1 D=$2 MODE=$3 DOWN=$4 STOP=$5 API=127.0.0.1:8080
+ip link set lo up
+pids=()
+trap 'kill -9 "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
+"$B" mon --api $API --id mon-a --meta-listen 127.0.0.1:2390 --embedded "$D/meta" >"$D/mon.log" 2>&1 & pids+=($!)
+until "$B" status --api $API >/dev/null 2>&1; do sleep 0.2; done
+for i in 0 1 2; do
+    "$B" osd init --data "$D/osd$i.img" --size 1G >/dev/null
+    "$B" osd --etcd basalt://127.0.0.1:2390 --data "$D/osd$i.img" --listen 127.0.0.$((i + 2)):6800 --host h$i >"$D/osd$i.log" 2>&1 &
+    pids+=($!); echo $! >"$D/osd$i.pid"
+done
+until [[ $("$B" osd ls --json --api $API | grep -c '"up": true') == 3 ]]; do sleep 0.2; done
+"$B" pool create p --replicas 3 --min-size 2 --pgs 32 --api $API >/dev/null
+"$B" volume create v --size 256M --pool p --api $API >/dev/null
+"$B" nbd --api $API >"$D/nbd.log" 2>&1 & pids+=($!)
+until "$B" pg ls --json --api $API | grep -q '"clean"' && ! "$B" pg ls --api $API --json | grep -q '"peering"'; do sleep 0.2; done
+sleep 1
+fio --name=w --ioengine=nbd --uri=nbd://127.0.0.1:10809/v --rw=randwrite --bs=4k --iodepth=8 --size=256M \
+    --time_based --runtime=$((DOWN + STOP + 8)) --write_lat_log="$D/lat" --log_avg_msec=0 --output="$D/fio.txt" &
+fio=$!
+sleep 3
+victim=$(cat "$D/osd0.pid")
+if [[ $MODE == kill ]]; then
+    kill -9 "$victim"; sleep "$DOWN"
+    "$B" osd --etcd basalt://127.0.0.1:2390 --data "$D/osd0.img" --listen 127.0.0.2:6800 --host h0 >"$D/osd0.again.log" 2>&1 & pids+=($!)
+else
+    kill -STOP "$victim"; sleep "$STOP"; kill -CONT "$victim"
+fi
+wait $fio
+grep -q "err= 0" "$D/fio.txt" || { echo "fio saw errors" >&2; exit 1; }
+awk -F, '{ if ($2 > max) max = $2 } END { printf "%.1f\n", max / 1e6 }' "$D"/lat_clat.*.log
+EOF
+}
+
+summary() { # NAME VALUES...
+    local name=$1; shift
+    printf '%s\n' "$@" | sort -n | awk -v name="$name" '{ v[NR] = $1 } END {
+        m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+        printf "%-8s runs %d  median stall %.1f ms  max %.1f ms\n", name, NR, m, v[NR] }'
+}
+
+kill_ms=(); stop_ms=()
+for ((run = 1; run <= kills; run++)); do
+    ms=$(one_run kill "$run"); kill_ms+=("$ms"); echo "kill run $run: longest write $ms ms"
+done
+for ((run = 1; run <= stops; run++)); do
+    ms=$(one_run stop "$run"); stop_ms+=("$ms"); echo "stop run $run: longest write $ms ms"
+done
+echo "bench-failover $(date -u +%F) $(git rev-parse --short HEAD)"
+((kills)) && summary SIGKILL "${kill_ms[@]}"
+((stops)) && summary SIGSTOP "${stop_ms[@]}"
