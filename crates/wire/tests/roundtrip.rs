@@ -8,7 +8,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use wire::limits::{DATA_SIZE_MAX_BYTES, LIST_ENTRIES_MAX_COUNT, PAYLOAD_SIZE_MAX_BYTES};
 use wire::{
-    Body, Bytes, DecodeError, Decoder, Frame, ListEntry, ObjectId, Opcode, PgId, Request, Response, Status,
+    Body, Bytes, DecodeError, Decoder, Frame, ListEntry, ObjectId, Opcode, PgId, PgReport, Request, Response, Status,
     HEADER_SIZE_BYTES,
 };
 
@@ -55,6 +55,7 @@ fn request() -> impl Strategy<Value = Request> {
         (pg(), object()).prop_map(|(pg, object)| Request::Stat { pg, object }),
         Just(Request::Ping),
         Just(Request::Space),
+        Just(Request::PgStates),
     ]
 }
 
@@ -85,6 +86,21 @@ fn response() -> impl Strategy<Value = Response> {
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(used_bytes, total_bytes, object_count)| {
             Response::Space { used_bytes, total_bytes, object_count }
         }),
+        (any::<u64>(), vec((pg(), any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()), 0..100)).prop_map(
+            |(history_writes, pgs)| Response::PgStates {
+                history_writes,
+                pgs: pgs
+                    .into_iter()
+                    .map(|(pg, epoch, state, members_unlisted, objects_left)| PgReport {
+                        pg,
+                        epoch,
+                        state,
+                        members_unlisted,
+                        objects_left
+                    })
+                    .collect(),
+            }
+        ),
         (opcode(), error_status()).prop_map(|(opcode, status)| Response::Failed { opcode, status }),
     ]
 }
