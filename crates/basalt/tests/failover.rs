@@ -4,14 +4,16 @@
 //! that no I/O failed, every block verifies, every PG becomes clean, and the members of every
 //! PG hold the same versions and bytes.
 
+mod common;
+
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
+use common::{start_mon, BASALT};
 use serde_json::Value;
 use testkit::{wait_until, Proc, Scratch};
 
-const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
 const API: &str = "127.0.0.1:8080";
 const META: &str = "basalt://127.0.0.1:2390";
 const NBD: &str = "nbd://127.0.0.1:10809/v";
@@ -33,17 +35,7 @@ impl Cluster {
         testkit::netns::enter_new();
         let scratch = Scratch::new(name);
         let dir = scratch.path();
-        let mut mon = Proc::spawn(
-            "mon",
-            dir,
-            Command::new(BASALT)
-                .args(["mon", "--api", API, "--id", "mon-a", "--meta-listen", "127.0.0.1:2390"])
-                .args(["--embedded", dir.join("meta").to_str().expect("utf-8")]),
-        );
-        wait_until(Duration::from_secs(30), "the mon API", || {
-            mon.assert_running();
-            TcpStream::connect(API).ok()
-        });
+        let mon = start_mon(dir, API);
         let mut cluster = Cluster { scratch, _mon: mon, osds: Vec::new(), _nbd: None };
         for index in 0..osd_count {
             let data = cluster.data(index);
@@ -84,11 +76,8 @@ impl Cluster {
     }
 }
 
-/// The ids of the OSDs the mon lists as up.
 fn up_osds() -> Vec<u64> {
-    let listing: Value = serde_json::from_str(&cli(&["osd", "ls", "--json", "--api", API])).expect("json");
-    let osds = listing["osds"].as_array().expect("an osd list");
-    osds.iter().filter(|osd| osd["up"] == Value::Bool(true)).map(|osd| osd["id"].as_u64().expect("an id")).collect()
+    common::up_osds(API)
 }
 
 fn pgs() -> Vec<Value> {

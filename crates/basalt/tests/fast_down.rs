@@ -4,28 +4,22 @@
 //! with leases of 60 s (so only the report can take a liveness key away in time), and
 //! `basalt bench` reading.
 
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{start_mon, BASALT};
 use testkit::{wait_until, Proc, Scratch};
 
-const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
 const API: &str = "127.0.0.1:8080";
 
 fn cli(args: &[&str]) -> String {
     testkit::run_ok(BASALT, args)
 }
 
-/// The ids of the OSDs the mon lists as up.
 fn up_osds() -> Vec<u64> {
-    let listing: serde_json::Value = serde_json::from_str(&cli(&["osd", "ls", "--json", "--api", API])).expect("json");
-    listing["osds"]
-        .as_array()
-        .expect("an osd list")
-        .iter()
-        .filter(|osd| osd["up"] == serde_json::Value::Bool(true))
-        .map(|osd| osd["id"].as_u64().expect("an id"))
-        .collect()
+    common::up_osds(API)
 }
 
 #[test]
@@ -35,17 +29,7 @@ fn a_killed_osd_loses_its_lease_as_soon_as_a_client_finds_it_gone() {
         testkit::netns::enter_new();
         let scratch = Scratch::new("fast-down");
         let dir = scratch.path();
-        let mut mon = Proc::spawn(
-            "mon",
-            dir,
-            Command::new(BASALT)
-                .args(["mon", "--api", API, "--id", "mon-a", "--meta-listen", "127.0.0.1:2390"])
-                .args(["--embedded", dir.join("meta").to_str().expect("utf-8")]),
-        );
-        wait_until(Duration::from_secs(30), "the mon API", || {
-            mon.assert_running();
-            std::net::TcpStream::connect(API).ok()
-        });
+        let mon = start_mon(dir, API);
         let mut osds = Vec::new();
         for index in 0..3 {
             let data = dir.join(format!("osd{index}.img"));

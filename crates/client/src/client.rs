@@ -127,12 +127,8 @@ impl Client {
     /// Resolves once the map routes `pg` to another epoch or primary than `epoch` at `osd`.
     pub(crate) async fn route_moved(&self, pg: wire::PgId, epoch: u64, osd: u32) {
         let mut receiver = self.inner.map.clone();
-        let moved = receiver
-            .wait_for(|map| {
-                map.pg(pg.pool, pg.pg).is_none_or(|state| state.epoch != epoch || state.primary() != Some(osd))
-            })
-            .await
-            .is_ok();
+        let moved =
+            receiver.wait_for(|map| map.pg_epoch_and_primary(pg.pool, pg.pg) != Some((epoch, Some(osd)))).await.is_ok();
         if !moved {
             std::future::pending::<()>().await;
         }

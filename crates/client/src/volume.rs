@@ -355,9 +355,8 @@ impl Volume {
                         Err(error) => format!("osd.{}: {}", route.osd, error.reason),
                         Ok(connection) => {
                             let call = connection.call(route.epoch, request.clone());
-                            let give_up =
-                                [deadline, Some(Instant::now() + options.reply_timeout)].into_iter().flatten().min();
-                            let give_up = give_up.expect("the reply timeout is always set");
+                            let reply_by = Instant::now() + options.reply_timeout;
+                            let give_up = deadline.map_or(reply_by, |deadline| deadline.min(reply_by));
                             tokio::select! {
                                 biased;
                                 reply = call => match reply {

@@ -50,6 +50,12 @@ impl ClusterMap {
         Some(PgState { epoch: *epoch, members: members.clone() })
     }
 
+    /// A PG's epoch and primary, without copying its members (for checks on every I/O).
+    pub fn pg_epoch_and_primary(&self, pool: u32, pg: u32) -> Option<(u64, Option<u32>)> {
+        let (epoch, members) = self.pg_tables.get(&pool)?.pgs.get(pg as usize)?;
+        Some((*epoch, members.first().copied()))
+    }
+
     /// Where to reach a running OSD: its local socket when it is on this machine and the
     /// socket is visible here, its TCP address otherwise.
     pub fn address(&self, osd: u32) -> Option<&str> {

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -161,18 +161,25 @@ async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusV
     let cluster = admin::cluster_record(store).await?;
     let map = cluster_watch::load(store).await?;
     let answers = ask_osds(&map).await;
+    let pgs = views::all_pg_views(&map, &answers);
     let osds_down = shared.down_since(&map);
-    let recovery = shared.recovery(&map, &answers, cluster.object_size_bytes);
-    Ok(Json(views::status_view(cluster.cluster_id, leader(store).await?, &map, &answers, osds_down, recovery)))
+    let recovery = shared.recovery(&pgs, cluster.object_size_bytes);
+    let leader = leader(store).await?;
+    Ok(Json(views::status_view(cluster.cluster_id, leader, &map, &answers, &pgs, osds_down, recovery)))
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PgFilter {
     pool: Option<String>,
     state: Option<String>,
 }
 
-async fn list_pgs(State(shared): State<Arc<Shared>>, Query(filter): Query<PgFilter>) -> ApiResult<Json<PgList>> {
+async fn list_pgs(
+    State(shared): State<Arc<Shared>>,
+    filter: Result<Query<PgFilter>, QueryRejection>,
+) -> ApiResult<Json<PgList>> {
+    let Query(filter) = filter.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
     let map = cluster_watch::load(shared.store.as_ref()).await?;
     let pools: Vec<&cluster::PoolRecord> = match &filter.pool {
         None => map.pools.values().collect(),
@@ -202,11 +209,10 @@ const PG_STATES: [&str; 8] =
     ["active", "clean", "degraded", "recovering", "peering", "inactive", "unknown", "undersized"];
 
 fn matches_state(pg: &views::PgView, state: &str) -> bool {
-    let serving = matches!(pg.state.as_str(), "clean" | "degraded" | "recovering");
     match state {
-        "active" => serving,
-        "degraded" => serving && pg.acting.len() < pg.target.len(),
-        "undersized" => pg.acting.len() < pg.target.len(),
+        "active" => pg.is_active(),
+        "degraded" => pg.is_active() && pg.is_undersized(),
+        "undersized" => pg.is_undersized(),
         other => pg.state == other,
     }
 }

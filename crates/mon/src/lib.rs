@@ -139,14 +139,8 @@ impl Shared {
     }
 
     /// The recovery backlog, with its rate since the previous call.
-    pub(crate) fn recovery(
-        &self,
-        map: &ClusterMap,
-        answers: &views::OsdAnswers,
-        object_size_bytes: u32,
-    ) -> views::RecoveryView {
-        let objects_left: u64 =
-            map.pools.values().flat_map(|pool| views::pg_views(pool, map, answers)).map(|pg| pg.objects_left).sum();
+    pub(crate) fn recovery(&self, pgs: &[views::PgView], object_size_bytes: u32) -> views::RecoveryView {
+        let objects_left: u64 = pgs.iter().map(|pg| pg.objects_left).sum();
         let bytes_left = objects_left * u64::from(object_size_bytes);
         let now = std::time::Instant::now();
         let mut sample = self.recovery_sample.lock().expect("the recovery sample is never poisoned");

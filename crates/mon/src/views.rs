@@ -53,23 +53,11 @@ pub struct PgSummary {
 }
 
 impl PgSummary {
-    fn add(&mut self, other: PgSummary) {
-        self.total += other.total;
-        self.active += other.active;
-        self.clean += other.clean;
-        self.degraded += other.degraded;
-        self.peering += other.peering;
-        self.recovering += other.recovering;
-        self.inactive += other.inactive;
-        self.unknown += other.unknown;
-    }
-
     fn count(&mut self, pg: &PgView) {
         self.total += 1;
-        let serving = matches!(pg.state.as_str(), "clean" | "degraded" | "recovering");
-        if serving {
+        if pg.is_active() {
             self.active += 1;
-            if pg.acting.len() < pg.target.len() {
+            if pg.is_undersized() {
                 self.degraded += 1;
             }
         }
@@ -99,6 +87,18 @@ pub struct PgView {
     pub state: String,
     /// Objects its primary still has to copy to members that lack them.
     pub objects_left: u64,
+}
+
+impl PgView {
+    /// Serving reads and writes.
+    pub fn is_active(&self) -> bool {
+        matches!(self.state.as_str(), "clean" | "degraded" | "recovering")
+    }
+
+    /// Fewer acting members than target ones.
+    pub fn is_undersized(&self) -> bool {
+        self.acting.len() < self.target.len()
+    }
 }
 
 /// `GET /pgs`.
@@ -314,11 +314,16 @@ pub struct ErrorView {
     pub error: String,
 }
 
-/// Counts a pool's PGs by state.
-pub fn pg_summary(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> PgSummary {
+/// Every PG of every pool with its state, in pool and PG order.
+pub fn all_pg_views(map: &ClusterMap, answers: &OsdAnswers) -> Vec<PgView> {
+    map.pools.values().flat_map(|pool| pg_views(pool, map, answers)).collect()
+}
+
+/// Counts PGs by state.
+pub fn pg_summary(pgs: &[PgView]) -> PgSummary {
     let mut summary = PgSummary::default();
-    for pg in pg_views(pool, map, answers) {
-        summary.count(&pg);
+    for pg in pgs {
+        summary.count(pg);
     }
     summary
 }
@@ -334,7 +339,7 @@ pub fn pool_view(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> P
         failure_domain: pool.failure_domain.to_string(),
         tags: pool.osd_tags.iter().cloned().collect(),
         table_epoch: table.map(|table| table.table_epoch),
-        pgs: pg_summary(pool, map, answers),
+        pgs: pg_summary(&pg_views(pool, map, answers)),
     }
 }
 
@@ -402,19 +407,18 @@ pub fn osd_tree(map: &ClusterMap) -> OsdTree {
     }
 }
 
-/// `answers`: what the up OSDs answered the mon; only up OSDs' usage counts.
+/// `answers`: what the up OSDs answered the mon (only up OSDs' usage counts); `pgs`: every
+/// PG ([`all_pg_views`]).
 pub fn status_view(
     cluster_id: String,
     leader: Option<LeaderView>,
     map: &ClusterMap,
     answers: &OsdAnswers,
+    pgs: &[PgView],
     osds_down: Vec<OsdDownView>,
     recovery: RecoveryView,
 ) -> StatusView {
-    let mut pgs = PgSummary::default();
-    for pool in map.pools.values() {
-        pgs.add(pg_summary(pool, map, answers));
-    }
+    let pgs = pg_summary(pgs);
     let up: BTreeSet<u32> = map.osds.keys().filter(|id| map.live.contains_key(id)).copied().collect();
     let reports: Vec<u64> = up.iter().filter_map(|id| answers.used_bytes.get(id).copied()).collect();
     let reporting = reports.len() as u64;
@@ -472,7 +476,7 @@ mod tests {
         let map = map(&[1, 2, 3], &[1, 2]);
         let view = |used_bytes: BTreeMap<u32, u64>| {
             let answers = OsdAnswers { used_bytes, ..OsdAnswers::default() };
-            status_view("c".into(), None, &map, &answers, Vec::new(), RecoveryView::default()).capacity
+            status_view("c".into(), None, &map, &answers, &[], Vec::new(), RecoveryView::default()).capacity
         };
         let none = view(BTreeMap::new());
         assert_eq!((none.total_bytes, none.used_bytes, none.reporting_osds), (3 << 30, None, 0));

@@ -183,6 +183,14 @@ async fn bad_requests_get_a_4xx_that_names_the_problem() {
     )
     .await;
 
+    // PG lists: the filters are checked.
+    let (status, listing) = http(api, "GET", "/pgs?pool=other", None).await;
+    assert_eq!(status, 200, "{listing}");
+    assert!(listing["pgs"].as_array().is_some_and(|pgs| !pgs.is_empty() && pgs.iter().all(|pg| pg["pool"] == 2)));
+    check(api, "GET", "/pgs?pool=nope", None, 404, "no pool named \"nope\"").await;
+    check(api, "GET", "/pgs?state=sleepy", None, 400, "unknown pg state \"sleepy\"; states are active, clean").await;
+    check(api, "GET", "/pgs?sate=clean", None, 400, "unknown field `sate`").await;
+
     // Down reports: the body and the id are checked; an OSD the store does not know is down.
     check(api, "POST", "/osds/x/down-report", Some(json!({"incarnation": 1})), 400, "\"x\" is not an OSD id").await;
     check(api, "POST", "/osds/1/down-report", Some(json!({})), 400, "missing field `incarnation`").await;

@@ -56,13 +56,12 @@ pub(crate) struct Active {
 }
 
 impl Active {
-    /// Every target member is acting and holds every object.
+    /// Every target member is acting and holds every object. Asked on every write: no
+    /// allocation.
     pub(crate) fn clean(&self) -> bool {
-        let mut acting = self.acting.clone();
-        let mut target = self.target.clone();
-        acting.sort_unstable();
-        target.sort_unstable();
-        acting == target && self.unlisted.is_empty() && self.missing.values().all(BTreeMap::is_empty)
+        same_members(&self.acting, &self.target)
+            && self.unlisted.is_empty()
+            && self.missing.values().all(BTreeMap::is_empty)
     }
 
     /// Whether the history says what a write at `epoch` needs it to: this epoch's set is
@@ -89,6 +88,11 @@ impl Active {
     pub(crate) fn recovery_left(&self) -> (usize, usize) {
         (self.missing.values().map(BTreeMap::len).sum(), self.unlisted.len())
     }
+}
+
+/// Whether two member lists name the same OSDs, in any order (lists hold distinct OSDs).
+pub(crate) fn same_members(a: &[u32], b: &[u32]) -> bool {
+    a.len() == b.len() && a.iter().all(|osd| b.contains(osd))
 }
 
 impl Pg {

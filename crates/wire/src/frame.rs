@@ -21,6 +21,13 @@ pub struct PgId {
     pub pg: u32,
 }
 
+impl std::fmt::Display for PgId {
+    /// `pool.pg`, as the CLI and the logs name a PG.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.pool, self.pg)
+    }
+}
+
 /// An object: the engine's `ObjectId` (`types`), encoded field by field.
 pub use types::ObjectId;
 

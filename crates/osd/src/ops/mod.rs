@@ -345,8 +345,7 @@ impl Osd {
 
     /// The PG's epoch in the current map (zero if it does not exist).
     fn current_epoch(&self, pg: PgId) -> u64 {
-        let map = self.map.borrow();
-        map.pg_tables.get(&pg.pool).and_then(|table| table.pgs.get(pg.pg as usize)).map_or(0, |(epoch, _)| *epoch)
+        self.map.borrow().pg_epoch_and_primary(pg.pool, pg.pg).map_or(0, |(epoch, _)| epoch)
     }
 
     fn fence(&self) -> Result<(), OpError> {

@@ -79,7 +79,7 @@ impl Osd {
     /// lost what it had not made durable).
     pub(super) fn peer_again(self: &Rc<Self>, state: &Rc<Pg>) {
         if self.pgs.is_current(state) {
-            tracing::info!(osd = self.id, pg = %pg_name(state.id), epoch = state.epoch, "peering again");
+            tracing::info!(osd = self.id, pg = %state.id, epoch = state.epoch, "peering again");
             self.peer(self.pgs.begin(state.id, state.epoch, Instant::now()));
         }
     }
@@ -94,7 +94,6 @@ impl Osd {
             }
             let started = Instant::now();
             let outcome = osd.run_peering(&state).await;
-            let pg = pg_name(state.id);
             match outcome {
                 Ok(active) => {
                     let recovery = active.recovery_left() != (0, 0);
@@ -102,7 +101,7 @@ impl Osd {
                     let members = format!("{:?}", active.acting);
                     if osd.pgs.set_phase(&state, Phase::Active(active)) {
                         tracing::info!(
-                            osd = osd.id, pg = %pg, epoch = state.epoch, members,
+                            osd = osd.id, pg = %state.id, epoch = state.epoch, members,
                             peering_ms = started.elapsed().as_millis() as u64,
                             since_first_sign_ms = state.since.elapsed().as_millis() as u64,
                             state = state.state_code().name(), "pg active"
@@ -114,7 +113,7 @@ impl Osd {
                 }
                 Err(reason) => {
                     if osd.pgs.is_current(&state) {
-                        tracing::warn!(osd = osd.id, pg = %pg, epoch = state.epoch, %reason, "pg inactive");
+                        tracing::warn!(osd = osd.id, pg = %state.id, epoch = state.epoch, %reason, "pg inactive");
                         osd.pgs.set_phase(&state, Phase::Inactive { reason });
                     }
                 }
@@ -151,7 +150,7 @@ impl Osd {
                 Ok(listing) => {
                     listings.insert(osd, listing);
                 }
-                Err(reason) => tracing::info!(osd = self.id, pg = %pg_name(pg), peer = osd, %reason, "no list"),
+                Err(reason) => tracing::info!(osd = self.id, pg = %pg, peer = osd, %reason, "no list"),
             }
         }
         listings.insert(self.id, self.list_local(pg.pg, view.pg_count));
@@ -177,7 +176,7 @@ impl Osd {
             Decision::Plan(plan) => plan,
         };
         for bad in &plan.bad {
-            tracing::warn!(osd = self.id, pg = %pg_name(pg), ?bad, "a member's list was set aside");
+            tracing::warn!(osd = self.id, pg = %pg, ?bad, "a member's list was set aside");
         }
 
         // Itself first, from whoever holds each object's newest version, then the members that
@@ -283,8 +282,4 @@ fn successor(object: ObjectId) -> Option<ObjectId> {
         Some(stripe) => Some(ObjectId { inode: object.inode, stripe }),
         None => Some(ObjectId { inode: object.inode.checked_add(1)?, stripe: 0 }),
     }
-}
-
-pub(crate) fn pg_name(pg: PgId) -> String {
-    format!("{}.{}", pg.pool, pg.pg)
 }

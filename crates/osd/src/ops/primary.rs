@@ -122,7 +122,7 @@ impl Osd {
         if members.len() < usize::from(view.min_size.max(1)) {
             return Err(OpError::TooFewMembers { pg, members: members.len(), min_size: view.min_size });
         }
-        if let Some(&osd) = state.with_active(|active| active.unlisted.first().copied()).flatten().as_ref() {
+        if let Some(osd) = state.with_active(|active| active.unlisted.first().copied()).flatten() {
             return Err(OpError::MemberNotListed { pg, osd });
         }
         let mut secondaries = Vec::with_capacity(members.len() - 1);
@@ -194,8 +194,10 @@ impl Osd {
     /// Resolves once the map shows `pg` at another epoch than `epoch`.
     async fn epoch_moved(&self, pg: PgId, epoch: u64) {
         let mut receiver = self.map.clone();
-        let moved =
-            receiver.wait_for(|map| map.pg(pg.pool, pg.pg).is_none_or(|state| state.epoch != epoch)).await.is_ok();
+        let moved = receiver
+            .wait_for(|map| map.pg_epoch_and_primary(pg.pool, pg.pg).is_none_or(|(current, _)| current != epoch))
+            .await
+            .is_ok();
         if !moved {
             std::future::pending::<()>().await;
         }

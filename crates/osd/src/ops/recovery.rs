@@ -3,16 +3,17 @@
 //! never gets a partial write on top of an older copy. Each copy holds the object's write
 //! queue, so it cannot interleave with a client's write of the same object.
 
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use cluster::peering::{History, Interval};
 use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest};
 use wire::{Opcode, PgId, Request, Response};
 
-use super::peering::pg_name;
 use super::{OpError, Osd};
 use crate::pg_history::{self, Written};
-use crate::pg_state::{Active, Pg};
+use crate::pg_state::{same_members, Active, Pg};
 
 /// The pause before recovery tries a member again after a failure.
 const RECOVERY_RETRY: Duration = Duration::from_millis(200);
@@ -123,22 +124,36 @@ impl Osd {
             return Ok(());
         }
         self.fence()?;
+        match self.write_history(state, history, revision).await {
+            Ok(Written::At(_)) => {
+                tracing::info!(osd = self.id, pg = %pg, epoch = state.epoch, "recorded the acting set in the pg's history");
+                Ok(())
+            }
+            Ok(Written::Changed) => Err(OpError::HistoryChanged { pg }),
+            Err(reason) => Err(OpError::HistoryNotRecorded { pg, reason }),
+        }
+    }
+
+    /// Replaces the PG's history record if it is still at `revision`, and the active state's copy
+    /// with it; a record someone else changed makes the PG peer again.
+    async fn write_history(
+        self: &Rc<Self>,
+        state: &Rc<Pg>,
+        history: History,
+        revision: i64,
+    ) -> Result<Written, String> {
         self.pgs.count_history_write();
-        match pg_history::write(self.store.as_ref(), pg, &history, revision).await {
-            Ok(Written::At(revision)) => {
+        let written = pg_history::write(self.store.as_ref(), state.id, &history, revision).await?;
+        match written {
+            Written::At(revision) => {
                 state.with_active(|active| {
                     active.history = history;
                     active.history_revision = revision;
                 });
-                tracing::info!(osd = self.id, pg = %pg_name(pg), epoch = state.epoch, "recorded the acting set in the pg's history");
-                Ok(())
             }
-            Ok(Written::Changed) => {
-                self.peer_again(state);
-                Err(OpError::HistoryChanged { pg })
-            }
-            Err(reason) => Err(OpError::HistoryNotRecorded { pg, reason }),
+            Written::Changed => self.peer_again(state),
         }
+        Ok(written)
     }
 
     /// Background recovery of an active PG: lists the members peering could not, copies every
@@ -153,7 +168,7 @@ impl Osd {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(reason) => {
-                    tracing::debug!(osd = self.id, pg = %pg_name(state.id), %reason, "recovery retrying");
+                    tracing::debug!(osd = self.id, pg = %state.id, %reason, "recovery retrying");
                     tokio::time::sleep(RECOVERY_RETRY).await;
                 }
             }
@@ -163,7 +178,7 @@ impl Osd {
         }
         if objects_at_start > 0 {
             tracing::info!(
-                osd = self.id, pg = %pg_name(state.id), epoch = state.epoch, objects = objects_at_start,
+                osd = self.id, pg = %state.id, epoch = state.epoch, objects = objects_at_start,
                 bytes = copied_bytes, recovery_ms = started.elapsed().as_millis() as u64, "pg recovered"
             );
         }
@@ -190,8 +205,8 @@ impl Osd {
                 // Writes go to no unlisted member, so what it lacks now it lacks from here on;
                 // what it holds older than this OSD holds it must receive.
                 let ours = self.list_local(pg.pg, pg_count);
-                let theirs: std::collections::BTreeMap<ObjectId, u64> = theirs.into_iter().collect();
-                let needs: std::collections::BTreeMap<ObjectId, u64> = ours
+                let theirs: BTreeMap<ObjectId, u64> = theirs.into_iter().collect();
+                let needs: BTreeMap<ObjectId, u64> = ours
                     .into_iter()
                     .filter(|(object, version)| theirs.get(object).is_none_or(|held| held < version))
                     .collect();
@@ -221,32 +236,19 @@ impl Osd {
         let _recording = state.recording.lock().await;
         let Some((history, revision, needed)) = state.with_active(|active| {
             let needed = !active.history.intervals.is_empty()
-                || active.history.clean.as_ref().is_some_and(|clean| {
-                    let mut recorded = clean.members.clone();
-                    let mut acting = active.acting.clone();
-                    recorded.sort_unstable();
-                    acting.sort_unstable();
-                    recorded != acting
-                });
-            let clean = cluster::peering::Interval { epoch: state.epoch, members: active.acting.clone() };
-            (cluster::peering::History { clean: Some(clean), intervals: Vec::new() }, active.history_revision, needed)
+                || active.history.clean.as_ref().is_some_and(|clean| !same_members(&clean.members, &active.acting));
+            let clean = Interval { epoch: state.epoch, members: active.acting.clone() };
+            (History { clean: Some(clean), intervals: Vec::new() }, active.history_revision, needed)
         }) else {
             return;
         };
         if !needed || self.fence().is_err() {
             return;
         }
-        self.pgs.count_history_write();
-        match pg_history::write(self.store.as_ref(), pg, &history, revision).await {
-            Ok(Written::At(revision)) => {
-                state.with_active(|active| {
-                    active.history = history;
-                    active.history_revision = revision;
-                });
-                tracing::info!(osd = self.id, pg = %pg_name(pg), epoch = state.epoch, "pg clean");
-            }
-            Ok(Written::Changed) => self.peer_again(state),
-            Err(reason) => tracing::warn!(osd = self.id, pg = %pg_name(pg), %reason, "cannot record the pg clean"),
+        match self.write_history(state, history, revision).await {
+            Ok(Written::At(_)) => tracing::info!(osd = self.id, pg = %pg, epoch = state.epoch, "pg clean"),
+            Ok(Written::Changed) => {}
+            Err(reason) => tracing::warn!(osd = self.id, pg = %pg, %reason, "cannot record the pg clean"),
         }
     }
 }
