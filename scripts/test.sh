@@ -9,9 +9,9 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the tests drive. Installed only when missing, so reruns are fast.
 # etcd-server: the etcd the tests start (building needs no protoc: scripts/check-no-protoc.sh);
-# iproute2: the network namespaces of the multi-process tests; libnbd-bin, python3-libnbd, nbdkit, qemu-utils: the real NBD clients of the gateway tests;
+# iproute2, iptables: the network namespaces of the multi-process tests and the links they cut; libnbd-bin, python3-libnbd, nbdkit, qemu-utils: the real NBD clients of the gateway tests;
 # fuse3, e2fsprogs, postgresql: PostgreSQL on ext4 on a volume through nbdfuse and a loop device (../shared/rig/pgbench-on-nbd.sh).
-packages=(fio jq util-linux iproute2 etcd-server libnbd-bin python3-libnbd nbdkit qemu-utils fuse3 e2fsprogs postgresql)
+packages=(fio jq util-linux iproute2 iptables etcd-server libnbd-bin python3-libnbd nbdkit qemu-utils fuse3 e2fsprogs postgresql)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")

@@ -7,6 +7,7 @@
 
 mod api_client;
 mod cmd;
+mod dev_osds;
 mod device;
 mod down_reporter;
 mod gateway;
@@ -77,6 +78,10 @@ enum OsdCommand {
     Ls(cmd::osd_admin::LsArgs),
     /// Show OSDs by rack and host through the mon API.
     Tree(cmd::osd_admin::TreeArgs),
+    /// Stop one of a `basalt dev`'s OSDs (to watch failover), through the mon API.
+    Stop(cmd::osd_admin::StopArgs),
+    /// Start a stopped OSD of a `basalt dev` again (to watch it catch up), through the mon API.
+    Start(cmd::osd_admin::StartArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,14 +115,38 @@ impl Global {
     }
 }
 
+/// Lets the process end quietly when whatever reads its output goes away (`basalt pg ls | head`),
+/// as other command-line tools do, instead of failing on the closed pipe. Only for commands
+/// that print and exit: a daemon keeps SIGPIPE ignored, so a peer that hangs up is an error on
+/// that one socket.
+fn end_quietly_on_closed_output() {
+    // SAFETY: restores the default disposition of one signal, before any other thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let global = Global { quiet: cli.quiet };
+    let prints_and_exits = match &cli.command {
+        Command::Osd(OsdArgs { command, .. }) => {
+            matches!(
+                command,
+                Some(OsdCommand::Ls(_) | OsdCommand::Tree(_) | OsdCommand::Stop(_) | OsdCommand::Start(_))
+            )
+        }
+        Command::Pool(_) | Command::Pg(_) | Command::Volume(_) | Command::Status(_) => true,
+        _ => false,
+    };
+    if prints_and_exits {
+        end_quietly_on_closed_output();
+    }
     let result = match cli.command {
         Command::Osd(OsdArgs { command: Some(OsdCommand::Init(args)), .. }) => cmd::osd_init::run(global, args),
         Command::Osd(OsdArgs { command: Some(OsdCommand::Info(args)), .. }) => cmd::osd_info::run(global, args),
         Command::Osd(OsdArgs { command: Some(OsdCommand::Ls(args)), .. }) => cmd::osd_admin::run_ls(global, args),
         Command::Osd(OsdArgs { command: Some(OsdCommand::Tree(args)), .. }) => cmd::osd_admin::run_tree(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Stop(args)), .. }) => cmd::osd_admin::run_stop(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Start(args)), .. }) => cmd::osd_admin::run_start(global, args),
         Command::Osd(OsdArgs { command: None, run }) => cmd::osd_run::run(global, run),
         Command::Mon(args) => cmd::mon::run(global, args),
         Command::Pool(args) => cmd::pool::run(global, args),

@@ -2,7 +2,8 @@
 //! the rig's interop checks (libnbd tools, qemu-img, qemu-io, nbdcopy), fio's verify run with a
 //! SIGKILL of the whole cluster and a restart between writing and verifying, and PostgreSQL's
 //! pgbench on ext4 on a volume (through nbdfuse and a loop device). Also: a second instance on
-//! the same directory is refused, and SIGTERM stops it within 5 seconds.
+//! the same directory is refused, SIGTERM stops it within 5 seconds, and an OSD crashed and
+//! started again through `basalt osd stop --crash` / `start` costs fio nothing.
 //!
 //! The rig scripts live in `../shared/rig` next to the repository (`BASALT_RIG_DIR` overrides);
 //! their Debian packages are installed by `scripts/test.sh`.
@@ -105,6 +106,36 @@ fn dev_cluster_passes_the_rig_and_survives_sigkill() {
         dev.kill();
         let mut dev = start_dev(&data, logs, "dev-2");
         rig_script("fio-verify.sh", &it, &[verify_env.as_slice(), &[("VERIFY_PHASE", "verify")]].concat(), logs);
+
+        // Failover on one machine: an OSD crashed through the API while fio writes, then started
+        // again; nothing fails, everything verifies, every PG ends clean.
+        let failover_env = [("VERIFY_SIZE", "64M"), ("VERIFY_SEED", "4343"), ("VERIFY_JOBS", "1")];
+        let mut writer = Command::new("bash")
+            .arg(rig().join("fio-verify.sh"))
+            .arg(&it)
+            .envs([failover_env.as_slice(), &[("VERIFY_PHASE", "write")]].concat())
+            .current_dir(logs)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start fio-verify.sh");
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(testkit::run_ok(BASALT, &["osd", "stop", "1", "--crash"]).contains("stopped osd.1"));
+        let refused = Command::new(BASALT).args(["osd", "stop", "1"]).output().expect("run basalt osd stop");
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("osd.1 is already stopped"), "{refused:?}");
+        let unknown = Command::new(BASALT).args(["osd", "start", "99"]).output().expect("run basalt osd start");
+        assert!(
+            String::from_utf8_lossy(&unknown.stderr).contains("osd.99 does not run in this process"),
+            "{unknown:?}"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(testkit::run_ok(BASALT, &["osd", "start", "1"]).contains("started osd.1"));
+        assert!(writer.wait().expect("fio-verify.sh").success(), "fio failed across the crash of osd.1");
+        wait_until(Duration::from_secs(60), "every PG clean", || {
+            let listing: serde_json::Value =
+                serde_json::from_str(&testkit::run_ok(BASALT, &["pg", "ls", "--json"])).expect("json");
+            listing["pgs"].as_array()?.iter().all(|pg| pg["state"] == "clean").then_some(())
+        });
+        rig_script("fio-verify.sh", &it, &[failover_env.as_slice(), &[("VERIFY_PHASE", "verify")]].concat(), logs);
 
         rig_script(
             "pgbench-on-nbd.sh",

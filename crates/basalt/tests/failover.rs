@@ -10,12 +10,11 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{start_mon, BASALT};
+use common::{start_mon, Mon, Store, BASALT};
 use serde_json::Value;
 use testkit::{wait_until, Proc, Scratch};
 
 const API: &str = "127.0.0.1:8080";
-const META: &str = "basalt://127.0.0.1:2390";
 const NBD: &str = "nbd://127.0.0.1:10809/v";
 
 fn cli(args: &[&str]) -> String {
@@ -24,19 +23,19 @@ fn cli(args: &[&str]) -> String {
 
 struct Cluster {
     scratch: Scratch,
-    _mon: Proc,
+    mon: Mon,
     osds: Vec<Option<Proc>>,
     _nbd: Option<Proc>,
 }
 
 impl Cluster {
     /// A mon, `osd_count` OSDs on hosts of their own, one pool and a volume `v` served over NBD.
-    fn start(name: &str, osd_count: usize, replicas: u32, min_size: u32, volume_size: &str) -> Cluster {
+    fn start(store: Store, name: &str, osd_count: usize, replicas: u32, min_size: u32, volume_size: &str) -> Cluster {
         testkit::netns::enter_new();
         let scratch = Scratch::new(name);
         let dir = scratch.path();
-        let mon = start_mon(dir, API);
-        let mut cluster = Cluster { scratch, _mon: mon, osds: Vec::new(), _nbd: None };
+        let mon = start_mon(dir, API, store);
+        let mut cluster = Cluster { scratch, mon, osds: Vec::new(), _nbd: None };
         for index in 0..osd_count {
             let data = cluster.data(index);
             cli(&["osd", "init", "--data", &data, "--size", "512M"]);
@@ -60,10 +59,21 @@ impl Cluster {
 
     /// Starts OSD `index` (again) on its drive, at its own address.
     fn start_osd(&mut self, index: usize) {
+        self.start_osd_as(index, None);
+    }
+
+    /// Starts OSD `index` as user `uid` (owning its drive), so that every packet it sends can be
+    /// told apart from the others' (`iptables -m owner`).
+    fn start_osd_as(&mut self, index: usize, uid: Option<u32>) {
         let listen = format!("127.0.0.{}:6800", index + 2);
         let mut command = Command::new(BASALT);
-        command.args(["osd", "--etcd", META, "--data", &self.data(index), "--listen", &listen]);
+        command.args(["osd", "--etcd", &self.mon.meta_url, "--data", &self.data(index), "--listen", &listen]);
         command.args(["--host", &format!("host{index}")]);
+        if let Some(uid) = uid {
+            use std::os::unix::process::CommandExt;
+            std::os::unix::fs::chown(self.data(index), Some(uid), None).expect("give the drive to the osd's user");
+            command.uid(uid);
+        }
         self.osds[index] = Some(Proc::spawn(&format!("osd{index}"), self.scratch.path(), &mut command));
     }
 
@@ -113,11 +123,21 @@ fn fio(dir: &std::path::Path, size: &str, seed: u32, extra: &[&str]) -> Command 
     command
 }
 
-fn run_fio(dir: &std::path::Path, size: &str, seed: u32, extra: &[&str]) {
-    let output = fio(dir, size, seed, extra).output().expect("run fio");
+/// Starts fio in the background; [`finish_fio`] waits for it and checks it.
+fn start_fio(dir: &std::path::Path, size: &str, seed: u32, extra: &[&str]) -> std::process::Child {
+    use std::process::Stdio;
+    fio(dir, size, seed, extra).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start fio")
+}
+
+/// Waits for fio and fails the test, with fio's output, on any I/O or verify error.
+fn finish_fio(fio: std::process::Child, across: &str) {
+    let output = fio.wait_with_output().expect("wait for fio");
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "fio failed: {text}");
-    assert!(text.contains("err= 0"), "fio saw errors: {text}");
+    assert!(output.status.success() && text.contains("err= 0"), "fio failed {across}: {text}");
+}
+
+fn run_fio(dir: &std::path::Path, size: &str, seed: u32, extra: &[&str]) {
+    finish_fio(start_fio(dir, size, seed, extra), "with every OSD up");
 }
 
 /// Sends one request on a new connection and returns the reply.
@@ -201,42 +221,114 @@ fn isolated(test: impl FnOnce() + Send + 'static) {
 
 #[test]
 fn a_primary_killed_under_load_costs_no_io_error_and_catches_up_when_back() {
-    isolated(|| {
-        let mut cluster = Cluster::start("failover-kill", 3, 3, 2, "64M");
-        let dir = cluster.scratch.path().to_path_buf();
-        let mut writer = fio(&dir, "64M", 11, &["--loops=2"]).spawn().expect("start fio");
-        std::thread::sleep(Duration::from_secs(2));
-        // osd 0 leads about a third of the PGs.
-        cluster.kill_osd(0);
-        std::thread::sleep(Duration::from_secs(3));
-        cluster.start_osd(0);
-        let status = writer.wait().expect("fio");
-        assert!(status.success(), "fio failed across the failover (see its output above)");
-        wait_clean();
-        replicas_equal();
-        run_fio(&dir, "64M", 11, &["--verify_only"]);
-        let log = cluster.osd(1).log_tail(400) + &cluster.osd(2).log_tail(400);
-        assert!(log.contains("pg active"), "no failover was logged: {log}");
-    });
+    isolated(|| kill_under_load(Store::Embedded));
+}
+
+#[test]
+fn a_primary_killed_under_load_costs_no_io_error_and_catches_up_when_back_on_etcd() {
+    isolated(|| kill_under_load(Store::Etcd));
+}
+
+fn kill_under_load(store: Store) {
+    let mut cluster = Cluster::start(store, &format!("failover-kill-{store:?}"), 3, 3, 2, "64M");
+    let dir = cluster.scratch.path().to_path_buf();
+    let writer = start_fio(&dir, "64M", 11, &["--loops=2"]);
+    std::thread::sleep(Duration::from_secs(2));
+    // osd 0 leads about a third of the PGs.
+    cluster.kill_osd(0);
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.start_osd(0);
+    finish_fio(writer, "across the failover");
+    wait_clean();
+    replicas_equal();
+    run_fio(&dir, "64M", 11, &["--verify_only"]);
+    let log = cluster.osd(1).log_tail(400) + &cluster.osd(2).log_tail(400);
+    assert!(log.contains("pg active"), "no failover was logged: {log}");
 }
 
 #[test]
 fn a_stopped_primary_is_replaced_after_its_lease_and_rejoins_when_resumed() {
     isolated(|| {
-        let cluster = Cluster::start("failover-stop", 3, 3, 2, "64M");
+        let cluster = Cluster::start(Store::Embedded, "failover-stop", 3, 3, 2, "64M");
         let dir = cluster.scratch.path().to_path_buf();
-        let mut writer = fio(&dir, "64M", 12, &["--loops=2"]).spawn().expect("start fio");
+        let writer = start_fio(&dir, "64M", 12, &["--loops=2"]);
         std::thread::sleep(Duration::from_secs(2));
         cluster.osd(0).signal(libc::SIGSTOP);
         // Longer than its lease (3 s): its PGs move on without it.
         std::thread::sleep(Duration::from_secs(6));
         cluster.osd(0).signal(libc::SIGCONT);
-        let status = writer.wait().expect("fio");
-        assert!(status.success(), "fio failed across the stop (see its output above)");
+        finish_fio(writer, "across the stop");
         wait_until(Duration::from_secs(30), "osd 0 registered again", || (up_osds().len() == 3).then_some(()));
         wait_clean();
         replicas_equal();
         run_fio(&dir, "64M", 12, &["--verify_only"]);
+    });
+}
+
+/// Every OSD stopped (SIGTERM) and started again in turn while fio writes: no I/O error, every
+/// block verifies, and the PGs end clean with equal replicas.
+#[test]
+fn every_osd_restarted_in_turn_under_load_costs_no_io_error() {
+    isolated(|| {
+        let mut cluster = Cluster::start(Store::Embedded, "failover-rolling", 3, 3, 2, "64M");
+        let dir = cluster.scratch.path().to_path_buf();
+        let writer = start_fio(&dir, "64M", 14, &["--loops=4"]);
+        for index in 0..3 {
+            std::thread::sleep(Duration::from_secs(1));
+            let (status, _) =
+                cluster.osds[index].take().expect("a running osd").stop(libc::SIGTERM, Duration::from_secs(20));
+            assert!(status.success(), "osd {index} did not stop cleanly: {status}");
+            cluster.start_osd(index);
+            wait_until(Duration::from_secs(30), "the OSD back", || (up_osds().len() == 3).then_some(()));
+            wait_until(Duration::from_secs(60), "every PG active", || {
+                pgs().iter().all(|pg| pg["state"] == "clean" || pg["state"] == "recovering").then_some(())
+            });
+        }
+        finish_fio(writer, "across the restarts");
+        wait_clean();
+        replicas_equal();
+        run_fio(&dir, "64M", 14, &["--verify_only"]);
+    });
+}
+
+/// An OSD cut off from everything (its packets dropped both ways, as a dead link would: no
+/// reset) while fio writes: it fences itself before its lease runs out, its PGs move on without
+/// it, and once the link heals it registers again and catches up.
+#[test]
+fn an_osd_cut_off_under_load_is_replaced_and_catches_up_after_the_heal() {
+    isolated(|| {
+        const UID: u32 = 64_000;
+        let mut cluster = Cluster::start(Store::Embedded, "failover-cut", 3, 3, 2, "64M");
+        // osd 0 again, as its own user, so the cut can name every packet it sends.
+        cluster.kill_osd(0);
+        wait_until(Duration::from_secs(30), "osd 0 down", || (up_osds().len() == 2).then_some(()));
+        cluster.start_osd_as(0, Some(UID));
+        wait_until(Duration::from_secs(30), "osd 0 back", || (up_osds().len() == 3).then_some(()));
+        wait_clean();
+        let dir = cluster.scratch.path().to_path_buf();
+        let writer = start_fio(&dir, "64M", 13, &["--loops=2"]);
+        std::thread::sleep(Duration::from_secs(2));
+        let cut = [
+            vec!["-I", "INPUT", "-d", "127.0.0.2", "-j", "DROP"],
+            vec!["-I", "OUTPUT", "-m", "owner", "--uid-owner", "64000", "-j", "DROP"],
+        ];
+        for rule in &cut {
+            testkit::run_ok("iptables", rule);
+        }
+        wait_until(Duration::from_secs(30), "osd 0 down", || (up_osds().len() == 2).then_some(()));
+        std::thread::sleep(Duration::from_secs(3));
+        for rule in &cut {
+            let mut delete = rule.clone();
+            delete[0] = "-D";
+            testkit::run_ok("iptables", &delete);
+        }
+        finish_fio(writer, "across the cut");
+        wait_until(Duration::from_secs(30), "osd 0 registered again", || (up_osds().len() == 3).then_some(()));
+        wait_clean();
+        replicas_equal();
+        run_fio(&dir, "64M", 13, &["--verify_only"]);
+        let log = cluster.osd(0).log_tail(200);
+        assert!(log.contains("cannot renew the lease"), "the cut-off OSD did not fence itself: {log}");
     });
 }
 
@@ -245,45 +337,50 @@ fn a_stopped_primary_is_replaced_after_its_lease_and_rejoins_when_resumed() {
 /// everything written is there.
 #[test]
 fn an_osd_that_missed_writes_never_serves_alone() {
-    isolated(|| {
-        let mut cluster = Cluster::start("failover-past-sets", 2, 2, 1, "32M");
-        let dir = cluster.scratch.path().to_path_buf();
-        run_fio(&dir, "32M", 21, &[]);
-        cluster.kill_osd(0);
-        wait_until(Duration::from_secs(30), "osd 0 down", || (up_osds().len() == 1).then_some(()));
-        // Written with B alone.
-        run_fio(&dir, "32M", 22, &[]);
-        cluster.kill_osd(1);
-        cluster.start_osd(0);
-        wait_until(Duration::from_secs(30), "only osd 0 up", || (up_osds() == [1]).then_some(()));
-        std::thread::sleep(Duration::from_secs(3));
-        // Every object was written again while A was away, so every PG holding one must stay
-        // inactive; a PG of no object of the volume acknowledged nothing A lacks, and may serve.
-        let listed = pgs();
-        let inactive = listed.iter().filter(|pg| pg["state"] == "inactive").count();
-        for pg in listed.iter().filter(|pg| pg["state"] != "inactive") {
-            let id = wire::PgId { pool: pg["pool"].as_u64().unwrap() as u32, pg: pg["pg"].as_u64().unwrap() as u32 };
-            let request =
-                wire::Request::SecList { pg: id, start: wire::ObjectId { inode: 0, stripe: 0 }, count_max: 1000 };
-            let wire::Response::SecList { entries } = call("127.0.0.2:6800", pg["epoch"].as_u64().unwrap(), request)
-            else {
-                panic!("osd 0 did not list {pg}");
-            };
-            assert!(entries.is_empty(), "a PG holding objects is served by the OSD that missed their writes: {pg}");
-        }
-        assert!(inactive > listed.len() / 2, "only {inactive} of {} PGs stayed inactive", listed.len());
-        cluster.start_osd(1);
-        wait_clean();
-        run_fio(&dir, "32M", 22, &["--verify_only"]);
-        replicas_equal();
-    });
+    isolated(|| past_sets(Store::Embedded));
+}
+
+#[test]
+fn an_osd_that_missed_writes_never_serves_alone_on_etcd() {
+    isolated(|| past_sets(Store::Etcd));
+}
+
+fn past_sets(store: Store) {
+    let mut cluster = Cluster::start(store, &format!("failover-past-sets-{store:?}"), 2, 2, 1, "32M");
+    let dir = cluster.scratch.path().to_path_buf();
+    run_fio(&dir, "32M", 21, &[]);
+    cluster.kill_osd(0);
+    wait_until(Duration::from_secs(30), "osd 0 down", || (up_osds().len() == 1).then_some(()));
+    // Written with B alone.
+    run_fio(&dir, "32M", 22, &[]);
+    cluster.kill_osd(1);
+    cluster.start_osd(0);
+    wait_until(Duration::from_secs(30), "only osd 0 up", || (up_osds() == [1]).then_some(()));
+    std::thread::sleep(Duration::from_secs(3));
+    // Every object was written again while A was away, so every PG holding one must stay
+    // inactive; a PG of no object of the volume acknowledged nothing A lacks, and may serve.
+    let listed = pgs();
+    let inactive = listed.iter().filter(|pg| pg["state"] == "inactive").count();
+    for pg in listed.iter().filter(|pg| pg["state"] != "inactive") {
+        let id = wire::PgId { pool: pg["pool"].as_u64().unwrap() as u32, pg: pg["pg"].as_u64().unwrap() as u32 };
+        let request = wire::Request::SecList { pg: id, start: wire::ObjectId { inode: 0, stripe: 0 }, count_max: 1000 };
+        let wire::Response::SecList { entries } = call("127.0.0.2:6800", pg["epoch"].as_u64().unwrap(), request) else {
+            panic!("osd 0 did not list {pg}");
+        };
+        assert!(entries.is_empty(), "a PG holding objects is served by the OSD that missed their writes: {pg}");
+    }
+    assert!(inactive > listed.len() / 2, "only {inactive} of {} PGs stayed inactive", listed.len());
+    cluster.start_osd(1);
+    wait_clean();
+    run_fio(&dir, "32M", 22, &["--verify_only"]);
+    replicas_equal();
 }
 
 /// Two of three down with `min_size 2`: nothing is acknowledged; one back: active, nothing lost.
 #[test]
 fn a_pg_below_min_size_acknowledges_nothing_until_a_member_returns() {
     isolated(|| {
-        let mut cluster = Cluster::start("failover-min-size", 3, 3, 2, "32M");
+        let mut cluster = Cluster::start(Store::Embedded, "failover-min-size", 3, 3, 2, "32M");
         let dir = cluster.scratch.path().to_path_buf();
         run_fio(&dir, "32M", 31, &[]);
         cluster.kill_osd(1);

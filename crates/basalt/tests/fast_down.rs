@@ -9,7 +9,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{start_mon, BASALT};
+use common::{start_mon, Store, BASALT};
 use testkit::{wait_until, Proc, Scratch};
 
 const API: &str = "127.0.0.1:8080";
@@ -29,7 +29,7 @@ fn a_killed_osd_loses_its_lease_as_soon_as_a_client_finds_it_gone() {
         testkit::netns::enter_new();
         let scratch = Scratch::new("fast-down");
         let dir = scratch.path();
-        let mon = start_mon(dir, API);
+        let mon = start_mon(dir, API, Store::Embedded);
         let mut osds = Vec::new();
         for index in 0..3 {
             let data = dir.join(format!("osd{index}.img"));
@@ -37,7 +37,7 @@ fn a_killed_osd_loses_its_lease_as_soon_as_a_client_finds_it_gone() {
             cli(&["osd", "init", "--data", data, "--size", "256M"]);
             let listen = format!("127.0.0.{}:6800", index + 2);
             let mut command = Command::new(BASALT);
-            command.args(["osd", "--etcd", "basalt://127.0.0.1:2390", "--data", data, "--listen", &listen]);
+            command.args(["osd", "--etcd", &mon.meta_url, "--data", data, "--listen", &listen]);
             command.args(["--host", &format!("host{index}"), "--lease-ttl", "60"]);
             osds.push(Proc::spawn(&format!("osd{index}"), dir, &mut command));
         }
@@ -62,7 +62,7 @@ fn a_killed_osd_loses_its_lease_as_soon_as_a_client_finds_it_gone() {
         wait_until(Duration::from_secs(20), "the killed OSD to be down", || (up_osds().len() == 2).then_some(()));
         let elapsed = killed.elapsed();
         assert!(elapsed < Duration::from_secs(10), "the killed OSD was down only after {elapsed:?}");
-        let mon_log = mon.log_tail(50);
+        let mon_log = mon.proc.log_tail(50);
         assert!(
             mon_log.lines().any(|line| line.contains("declared down") && line.contains("address=127.0.0.2:6800")),
             "the mon did not revoke the killed OSD's lease: {mon_log}"

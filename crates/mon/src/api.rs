@@ -24,8 +24,8 @@ use serde::Deserialize;
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::down_report::{self, DownReport};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
-use crate::views::{DownReportView, PgList, VolumeList, VolumeView};
-use crate::Shared;
+use crate::views::{DownReportView, LocalOsdView, PgList, VolumeList, VolumeView};
+use crate::{LocalOsdError, LocalOsds, Shared, StopRequest};
 
 /// The API's routes on top of `shared`'s store.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
@@ -39,7 +39,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/pgs", get(list_pgs))
         .route("/osds", get(list_osds))
         .route("/osds/tree", get(osd_tree))
-        .route("/osds/{id}/down-report", post(report_down));
+        .route("/osds/{id}/down-report", post(report_down))
+        .route("/osds/{id}/stop", post(stop_osd))
+        .route("/osds/{id}/start", post(start_osd));
     Router::new()
         .nest("/api/v1", api)
         .fallback(unknown_path)
@@ -359,8 +361,52 @@ async fn report_down(
     Path(id): Path<String>,
     Body(report): Body<DownReport>,
 ) -> ApiResult<Json<DownReportView>> {
-    let osd: u32 = id
-        .parse()
-        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("{id:?} is not an OSD id (a number)")))?;
+    let osd = osd_id(&id)?;
     Ok(Json(down_report::handle(shared.store.as_ref(), shared.config.fast_down, osd, report).await?))
+}
+
+fn osd_id(id: &str) -> ApiResult<u32> {
+    id.parse().map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("{id:?} is not an OSD id (a number)")))
+}
+
+/// The OSDs of this process, or the answer for a mon without any.
+fn local_osds(shared: &Shared) -> ApiResult<&Arc<dyn LocalOsds>> {
+    shared.local_osds.get().ok_or_else(|| {
+        ApiError::new(StatusCode::NOT_FOUND, "this mon runs no OSDs in its process (only basalt dev does)")
+    })
+}
+
+impl From<LocalOsdError> for ApiError {
+    fn from(error: LocalOsdError) -> ApiError {
+        let status = match error {
+            LocalOsdError::Unknown(_) => StatusCode::NOT_FOUND,
+            LocalOsdError::AlreadyStopped(_) | LocalOsdError::AlreadyRunning(_) => StatusCode::CONFLICT,
+            LocalOsdError::Failed { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, error.to_string())
+    }
+}
+
+async fn stop_osd(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<LocalOsdView>> {
+    let osd = osd_id(&id)?;
+    // The body may be left out: a graceful stop.
+    let request: StopRequest = if body.is_empty() {
+        StopRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|error| {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("the request body is not valid: {error}"))
+        })?
+    };
+    local_osds(&shared)?.stop(osd, request.mode).await?;
+    Ok(Json(LocalOsdView { osd, running: false }))
+}
+
+async fn start_osd(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<LocalOsdView>> {
+    let osd = osd_id(&id)?;
+    local_osds(&shared)?.start(osd).await?;
+    Ok(Json(LocalOsdView { osd, running: true }))
 }

@@ -16,6 +16,7 @@ pub mod admin;
 mod api;
 mod down_report;
 mod leader;
+pub mod local_osds;
 pub mod pg_tables;
 pub mod reaper;
 pub mod stderr_log;
@@ -38,6 +39,7 @@ pub use admin::{
     check_name, default_pg_count, AdminError, CreatePool, CreateVolume, ResizeVolume, OBJECT_SIZE_DEFAULT_BYTES,
     PGS_PER_OSD_DEFAULT, VOLUME_SIZE_ALIGNMENT_BYTES,
 };
+pub use local_osds::{LocalOsdError, LocalOsds, StopMode, StopRequest};
 pub use reaper::{DeletionProgress, VolumeReaper};
 
 /// The lease TTL of the leader key.
@@ -119,6 +121,8 @@ pub(crate) struct Shared {
     pub down: std::sync::Mutex<BTreeMap<u32, std::time::SystemTime>>,
     /// The recovery backlog at the previous status, for its rate.
     pub recovery_sample: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+    /// The OSDs of this process, if it runs any (`Mon::serve_local_osds`).
+    pub local_osds: std::sync::OnceLock<Arc<dyn LocalOsds>>,
 }
 
 impl Shared {
@@ -211,6 +215,7 @@ impl Mon {
             started: tokio::time::Instant::now(),
             down: Default::default(),
             recovery_sample: Default::default(),
+            local_osds: Default::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
@@ -233,6 +238,13 @@ impl Mon {
             "mon started"
         );
         Ok(Mon { shared, stop, tasks, api_address })
+    }
+
+    /// Lets the API stop and start the OSDs this process runs (`basalt dev`); at most once.
+    pub fn serve_local_osds(&self, osds: Arc<dyn LocalOsds>) {
+        if self.shared.local_osds.set(osds).is_err() {
+            tracing::warn!("local OSDs were already given to this mon; keeping the first");
+        }
     }
 
     /// The address the API listens on.

@@ -219,6 +219,13 @@ pub struct OsdView {
     pub primary_pgs: u64,
 }
 
+/// The answer to `POST /osds/{id}/stop` and `/start` (`basalt dev`'s OSDs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalOsdView {
+    pub osd: u32,
+    pub running: bool,
+}
+
 /// The answer to `POST /osds/{id}/down-report`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DownReportView {

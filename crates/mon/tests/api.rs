@@ -191,6 +191,12 @@ async fn bad_requests_get_a_4xx_that_names_the_problem() {
     check(api, "GET", "/pgs?state=sleepy", None, 400, "unknown pg state \"sleepy\"; states are active, clean").await;
     check(api, "GET", "/pgs?sate=clean", None, 400, "unknown field `sate`").await;
 
+    // Stopping and starting OSDs: only a mon that runs OSDs in its process (basalt dev) can.
+    check(api, "POST", "/osds/1/stop", None, 404, "this mon runs no OSDs in its process").await;
+    check(api, "POST", "/osds/1/start", None, 404, "this mon runs no OSDs in its process").await;
+    check(api, "POST", "/osds/1/stop", Some(json!({"mode": "explode"})), 400, "unknown variant `explode`").await;
+    check(api, "POST", "/osds/one/stop", None, 400, "\"one\" is not an OSD id").await;
+
     // Down reports: the body and the id are checked; an OSD the store does not know is down.
     check(api, "POST", "/osds/x/down-report", Some(json!({"incarnation": 1})), 400, "\"x\" is not an OSD id").await;
     check(api, "POST", "/osds/1/down-report", Some(json!({})), 400, "missing field `incarnation`").await;

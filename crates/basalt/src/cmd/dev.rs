@@ -16,6 +16,7 @@ use mon::stderr_log::{self, Level};
 use mon::{CreatePool, CreateVolume, MonConfig};
 use tokio::net::TcpListener;
 
+use crate::dev_osds::DevOsds;
 use crate::gateway::{Cluster as GatewayCluster, Gateway};
 use crate::size::{format_bytes, parse_bytes};
 use crate::{device, Global};
@@ -113,12 +114,16 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
         if !args.no_local_sockets {
             config.local_socket = local_socket_path(&global, dir, index);
         }
-        let handle = tokio::task::spawn_blocking(move || osd::spawn(config))
+        let spawned = config.clone();
+        let handle = tokio::task::spawn_blocking(move || osd::spawn(spawned))
             .await?
             .with_context(|| format!("cannot start the OSD on {}", path.display()))?;
-        osds.push(handle);
+        osds.push((config, handle));
     }
-    wait_for_osds(store.as_ref(), osds.iter().map(osd::OsdHandle::id).collect()).await?;
+    wait_for_osds(store.as_ref(), osds.iter().map(|(_, handle)| handle.id()).collect()).await?;
+    let osd_count = osds.len();
+    let osds = Arc::new(DevOsds::new(osds));
+    mon.serve_local_osds(osds.clone());
 
     let mut volumes = args.volumes.clone();
     if first_start {
@@ -156,7 +161,7 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
     let first_volume = volumes.first().map_or("vol0".to_string(), |(name, _)| name.clone());
     println!(
         "basalt dev ready: nbd://{nbd_address}/{first_volume} api=http://{api_address} meta={meta_url} osds={} data={}",
-        osds.len(),
+        osd_count,
         dir.display()
     );
 
@@ -165,12 +170,8 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
     global.say("stopping");
     tokio::task::spawn_blocking(move || gateway.stop()).await?;
     // OSDs stop in parallel: each finishes its ops, revokes its lease and writes its journal back.
-    let stopping: Vec<_> =
-        osds.into_iter().map(|osd| tokio::task::spawn_blocking(move || osd.stop(osd::Stop::Graceful))).collect();
-    for stop in stopping {
-        if let Err(error) = stop.await? {
-            global.say(format_args!("an OSD failed while stopping: {error}"));
-        }
+    for error in osds.stop_all().await {
+        global.say(format_args!("an OSD failed while stopping: {error}"));
     }
     mon.shutdown().await;
     global.say(format_args!("stopped in {:.1} s", started.elapsed().as_secs_f64()));

@@ -1,6 +1,8 @@
-//! `basalt osd ls` and `basalt osd tree`: the registered OSDs through the mon's API.
+//! `basalt osd ls` and `basalt osd tree`: the registered OSDs through the mon's API;
+//! `basalt osd stop` and `basalt osd start`: the OSDs of a `basalt dev`, to try failover.
 
-use mon::views::{OsdList, OsdTree, OsdView};
+use mon::views::{LocalOsdView, OsdList, OsdTree, OsdView};
+use serde_json::json;
 
 use crate::api_client::{decode, list_cell, print_json, print_table, ApiArgs};
 use crate::size::format_bytes;
@@ -16,6 +18,49 @@ pub struct LsArgs {
 pub struct TreeArgs {
     #[command(flatten)]
     pub api: ApiArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StopArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// The OSD to stop.
+    pub id: u32,
+    /// Stop it at once, as a crash would (its liveness key stays until it is reported or its
+    /// lease runs out), instead of finishing its ops and handing its lease back.
+    #[arg(long)]
+    pub crash: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StartArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// The OSD to start again.
+    pub id: u32,
+}
+
+pub fn run_stop(_global: Global, args: StopArgs) -> anyhow::Result<()> {
+    let mode = if args.crash { "crash" } else { "graceful" };
+    let answer = args.api.client().post(&format!("/osds/{}/stop", args.id), &json!({ "mode": mode }))?;
+    if args.api.json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let view: LocalOsdView = decode(answer)?;
+    println!("stopped osd.{}{}", view.osd, if args.crash { " (as a crash)" } else { "" });
+    Ok(())
+}
+
+pub fn run_start(_global: Global, args: StartArgs) -> anyhow::Result<()> {
+    let answer = args.api.client().post(&format!("/osds/{}/start", args.id), &json!({}))?;
+    if args.api.json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let view: LocalOsdView = decode(answer)?;
+    println!("started osd.{}", view.osd);
+    Ok(())
 }
 
 fn state(osd: &OsdView) -> &'static str {

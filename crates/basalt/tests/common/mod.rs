@@ -1,30 +1,55 @@
-//! What the multi-process tests share: a `basalt mon` on its embedded store, and the OSDs it
-//! lists as up.
+//! What the multi-process tests share: a `basalt mon` on its embedded store or on a real etcd,
+//! and the OSDs it lists as up.
+// Each test binary compiles this module and uses only part of it.
+#![allow(dead_code)]
 
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use testkit::{wait_until, Proc};
+use testkit::{wait_until, Etcd, Proc};
 
 pub const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
 
-/// Starts `basalt mon` on an embedded store in `dir`, serving its store on 127.0.0.1:2390 and
-/// its API on `api`, and waits for the API.
-pub fn start_mon(dir: &Path, api: &str) -> Proc {
-    let mut mon = Proc::spawn(
-        "mon",
-        dir,
-        Command::new(BASALT)
-            .args(["mon", "--api", api, "--id", "mon-a", "--meta-listen", "127.0.0.1:2390"])
-            .args(["--embedded", dir.join("meta").to_str().expect("utf-8")]),
-    );
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// The mon's embedded store, served on 127.0.0.1:2390.
+    Embedded,
+    /// A real etcd on 127.0.0.1:2379.
+    Etcd,
+}
+
+/// A running mon and its store.
+pub struct Mon {
+    pub proc: Proc,
+    /// Kept for as long as the mon runs (dropping it stops etcd).
+    pub etcd: Option<Etcd>,
+    /// What OSDs and gateways pass as `--etcd`.
+    pub meta_url: String,
+}
+
+/// Starts `basalt mon` on `store` (kept in `dir`), serving its API on `api`, and waits for the API.
+pub fn start_mon(dir: &Path, api: &str, store: Store) -> Mon {
+    let mut command = Command::new(BASALT);
+    command.args(["mon", "--api", api, "--id", "mon-a"]);
+    let (etcd, meta_url) = match store {
+        Store::Embedded => {
+            command.args(["--meta-listen", "127.0.0.1:2390", "--embedded", dir.join("meta").to_str().expect("utf-8")]);
+            (None, "basalt://127.0.0.1:2390".to_string())
+        }
+        Store::Etcd => {
+            let etcd = Etcd::start("127.0.0.1", 2379, 2380, dir);
+            command.args(["--etcd", "http://127.0.0.1:2379"]);
+            (Some(etcd), "http://127.0.0.1:2379".to_string())
+        }
+    };
+    let mut proc = Proc::spawn("mon", dir, &mut command);
     wait_until(Duration::from_secs(30), "the mon API", || {
-        mon.assert_running();
+        proc.assert_running();
         TcpStream::connect(api).ok()
     });
-    mon
+    Mon { proc, etcd, meta_url }
 }
 
 /// The ids of the OSDs the mon at `api` lists as up.
