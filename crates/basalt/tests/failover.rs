@@ -240,6 +240,12 @@ fn kill_under_load(store: Store) {
     cluster.start_osd(0);
     finish_fio(writer, "across the failover");
     wait_clean();
+    // Metadata-store writes for the two changes (osd 0 out, osd 0 back): one interval record
+    // when the PG first writes without osd 0, one clean record once osd 0 caught up; none per I/O.
+    let status: Value = serde_json::from_str(&cli(&["status", "--json", "--api", API])).expect("json");
+    let writes = status["pg_history_writes"].as_u64().expect("a count");
+    eprintln!("failover: {writes} metadata-store writes of PG histories for one OSD's loss and return (16 PGs)");
+    assert!(writes <= 2 * 16, "{writes} history writes for one OSD's loss and return, 16 PGs");
     replicas_equal();
     run_fio(&dir, "64M", 11, &["--verify_only"]);
     let log = cluster.osd(1).log_tail(400) + &cluster.osd(2).log_tail(400);
@@ -248,47 +254,61 @@ fn kill_under_load(store: Store) {
 
 #[test]
 fn a_stopped_primary_is_replaced_after_its_lease_and_rejoins_when_resumed() {
-    isolated(|| {
-        let cluster = Cluster::start(Store::Embedded, "failover-stop", 3, 3, 2, "64M");
-        let dir = cluster.scratch.path().to_path_buf();
-        let writer = start_fio(&dir, "64M", 12, &["--loops=2"]);
-        std::thread::sleep(Duration::from_secs(2));
-        cluster.osd(0).signal(libc::SIGSTOP);
-        // Longer than its lease (3 s): its PGs move on without it.
-        std::thread::sleep(Duration::from_secs(6));
-        cluster.osd(0).signal(libc::SIGCONT);
-        finish_fio(writer, "across the stop");
-        wait_until(Duration::from_secs(30), "osd 0 registered again", || (up_osds().len() == 3).then_some(()));
-        wait_clean();
-        replicas_equal();
-        run_fio(&dir, "64M", 12, &["--verify_only"]);
-    });
+    isolated(|| stop_under_load(Store::Embedded));
+}
+
+#[test]
+fn a_stopped_primary_is_replaced_after_its_lease_and_rejoins_when_resumed_on_etcd() {
+    isolated(|| stop_under_load(Store::Etcd));
+}
+
+fn stop_under_load(store: Store) {
+    let cluster = Cluster::start(store, &format!("failover-stop-{store:?}"), 3, 3, 2, "64M");
+    let dir = cluster.scratch.path().to_path_buf();
+    let writer = start_fio(&dir, "64M", 12, &["--loops=2"]);
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.osd(0).signal(libc::SIGSTOP);
+    // Longer than its lease (3 s): its PGs move on without it.
+    std::thread::sleep(Duration::from_secs(6));
+    cluster.osd(0).signal(libc::SIGCONT);
+    finish_fio(writer, "across the stop");
+    wait_until(Duration::from_secs(30), "osd 0 registered again", || (up_osds().len() == 3).then_some(()));
+    wait_clean();
+    replicas_equal();
+    run_fio(&dir, "64M", 12, &["--verify_only"]);
 }
 
 /// Every OSD stopped (SIGTERM) and started again in turn while fio writes: no I/O error, every
 /// block verifies, and the PGs end clean with equal replicas.
 #[test]
 fn every_osd_restarted_in_turn_under_load_costs_no_io_error() {
-    isolated(|| {
-        let mut cluster = Cluster::start(Store::Embedded, "failover-rolling", 3, 3, 2, "64M");
-        let dir = cluster.scratch.path().to_path_buf();
-        let writer = start_fio(&dir, "64M", 14, &["--loops=4"]);
-        for index in 0..3 {
-            std::thread::sleep(Duration::from_secs(1));
-            let (status, _) =
-                cluster.osds[index].take().expect("a running osd").stop(libc::SIGTERM, Duration::from_secs(20));
-            assert!(status.success(), "osd {index} did not stop cleanly: {status}");
-            cluster.start_osd(index);
-            wait_until(Duration::from_secs(30), "the OSD back", || (up_osds().len() == 3).then_some(()));
-            wait_until(Duration::from_secs(60), "every PG active", || {
-                pgs().iter().all(|pg| pg["state"] == "clean" || pg["state"] == "recovering").then_some(())
-            });
-        }
-        finish_fio(writer, "across the restarts");
-        wait_clean();
-        replicas_equal();
-        run_fio(&dir, "64M", 14, &["--verify_only"]);
-    });
+    isolated(|| rolling_restarts(Store::Embedded));
+}
+
+#[test]
+fn every_osd_restarted_in_turn_under_load_costs_no_io_error_on_etcd() {
+    isolated(|| rolling_restarts(Store::Etcd));
+}
+
+fn rolling_restarts(store: Store) {
+    let mut cluster = Cluster::start(store, &format!("failover-rolling-{store:?}"), 3, 3, 2, "64M");
+    let dir = cluster.scratch.path().to_path_buf();
+    let writer = start_fio(&dir, "64M", 14, &["--loops=4"]);
+    for index in 0..3 {
+        std::thread::sleep(Duration::from_secs(1));
+        let (status, _) =
+            cluster.osds[index].take().expect("a running osd").stop(libc::SIGTERM, Duration::from_secs(20));
+        assert!(status.success(), "osd {index} did not stop cleanly: {status}");
+        cluster.start_osd(index);
+        wait_until(Duration::from_secs(30), "the OSD back", || (up_osds().len() == 3).then_some(()));
+        wait_until(Duration::from_secs(60), "every PG active", || {
+            pgs().iter().all(|pg| pg["state"] == "clean" || pg["state"] == "recovering").then_some(())
+        });
+    }
+    finish_fio(writer, "across the restarts");
+    wait_clean();
+    replicas_equal();
+    run_fio(&dir, "64M", 14, &["--verify_only"]);
 }
 
 /// An OSD cut off from everything (its packets dropped both ways, as a dead link would: no
@@ -296,40 +316,47 @@ fn every_osd_restarted_in_turn_under_load_costs_no_io_error() {
 /// it, and once the link heals it registers again and catches up.
 #[test]
 fn an_osd_cut_off_under_load_is_replaced_and_catches_up_after_the_heal() {
-    isolated(|| {
-        const UID: u32 = 64_000;
-        let mut cluster = Cluster::start(Store::Embedded, "failover-cut", 3, 3, 2, "64M");
-        // osd 0 again, as its own user, so the cut can name every packet it sends.
-        cluster.kill_osd(0);
-        wait_until(Duration::from_secs(30), "osd 0 down", || (up_osds().len() == 2).then_some(()));
-        cluster.start_osd_as(0, Some(UID));
-        wait_until(Duration::from_secs(30), "osd 0 back", || (up_osds().len() == 3).then_some(()));
-        wait_clean();
-        let dir = cluster.scratch.path().to_path_buf();
-        let writer = start_fio(&dir, "64M", 13, &["--loops=2"]);
-        std::thread::sleep(Duration::from_secs(2));
-        let cut = [
-            vec!["-I", "INPUT", "-d", "127.0.0.2", "-j", "DROP"],
-            vec!["-I", "OUTPUT", "-m", "owner", "--uid-owner", "64000", "-j", "DROP"],
-        ];
-        for rule in &cut {
-            testkit::run_ok("iptables", rule);
-        }
-        wait_until(Duration::from_secs(30), "osd 0 down", || (up_osds().len() == 2).then_some(()));
-        std::thread::sleep(Duration::from_secs(3));
-        for rule in &cut {
-            let mut delete = rule.clone();
-            delete[0] = "-D";
-            testkit::run_ok("iptables", &delete);
-        }
-        finish_fio(writer, "across the cut");
-        wait_until(Duration::from_secs(30), "osd 0 registered again", || (up_osds().len() == 3).then_some(()));
-        wait_clean();
-        replicas_equal();
-        run_fio(&dir, "64M", 13, &["--verify_only"]);
-        let log = cluster.osd(0).log_tail(200);
-        assert!(log.contains("cannot renew the lease"), "the cut-off OSD did not fence itself: {log}");
-    });
+    isolated(|| cut_under_load(Store::Embedded));
+}
+
+#[test]
+fn an_osd_cut_off_under_load_is_replaced_and_catches_up_after_the_heal_on_etcd() {
+    isolated(|| cut_under_load(Store::Etcd));
+}
+
+fn cut_under_load(store: Store) {
+    const UID: u32 = 64_000;
+    let mut cluster = Cluster::start(store, &format!("failover-cut-{store:?}"), 3, 3, 2, "64M");
+    // osd 0 again, as its own user, so the cut can name every packet it sends.
+    cluster.kill_osd(0);
+    wait_until(Duration::from_secs(30), "osd 0 down", || (up_osds().len() == 2).then_some(()));
+    cluster.start_osd_as(0, Some(UID));
+    wait_until(Duration::from_secs(30), "osd 0 back", || (up_osds().len() == 3).then_some(()));
+    wait_clean();
+    let dir = cluster.scratch.path().to_path_buf();
+    let writer = start_fio(&dir, "64M", 13, &["--loops=2"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let cut = [
+        vec!["-I", "INPUT", "-d", "127.0.0.2", "-j", "DROP"],
+        vec!["-I", "OUTPUT", "-m", "owner", "--uid-owner", "64000", "-j", "DROP"],
+    ];
+    for rule in &cut {
+        testkit::run_ok("iptables", rule);
+    }
+    wait_until(Duration::from_secs(30), "osd 0 down", || (up_osds().len() == 2).then_some(()));
+    std::thread::sleep(Duration::from_secs(3));
+    for rule in &cut {
+        let mut delete = rule.clone();
+        delete[0] = "-D";
+        testkit::run_ok("iptables", &delete);
+    }
+    finish_fio(writer, "across the cut");
+    wait_until(Duration::from_secs(30), "osd 0 registered again", || (up_osds().len() == 3).then_some(()));
+    wait_clean();
+    replicas_equal();
+    run_fio(&dir, "64M", 13, &["--verify_only"]);
+    let log = cluster.osd(0).log_tail(200);
+    assert!(log.contains("cannot renew the lease"), "the cut-off OSD did not fence itself: {log}");
 }
 
 /// The split-brain case: with 2 copies and `min_size 1`, A is stopped, B takes writes alone, B
@@ -361,6 +388,10 @@ fn past_sets(store: Store) {
     // inactive; a PG of no object of the volume acknowledged nothing A lacks, and may serve.
     let listed = pgs();
     let inactive = listed.iter().filter(|pg| pg["state"] == "inactive").count();
+    for pg in listed.iter().filter(|pg| pg["state"] == "inactive") {
+        let reason = pg["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("its primary osd.1 cannot activate it"), "{pg}");
+    }
     for pg in listed.iter().filter(|pg| pg["state"] != "inactive") {
         let id = wire::PgId { pool: pg["pool"].as_u64().unwrap() as u32, pg: pg["pg"].as_u64().unwrap() as u32 };
         let request = wire::Request::SecList { pg: id, start: wire::ObjectId { inode: 0, stripe: 0 }, count_max: 1000 };
@@ -379,28 +410,38 @@ fn past_sets(store: Store) {
 /// Two of three down with `min_size 2`: nothing is acknowledged; one back: active, nothing lost.
 #[test]
 fn a_pg_below_min_size_acknowledges_nothing_until_a_member_returns() {
-    isolated(|| {
-        let mut cluster = Cluster::start(Store::Embedded, "failover-min-size", 3, 3, 2, "32M");
-        let dir = cluster.scratch.path().to_path_buf();
-        run_fio(&dir, "32M", 31, &[]);
-        cluster.kill_osd(1);
-        cluster.kill_osd(2);
-        wait_until(Duration::from_secs(30), "two OSDs down", || (up_osds().len() == 1).then_some(()));
-        wait_until(Duration::from_secs(30), "every PG inactive", || {
-            pgs().iter().all(|pg| pg["state"] == "inactive").then_some(())
-        });
-        let output = Command::new(BASALT)
-            .args(["bench", "--api", API, "--volume", "v", "--rw", "randwrite", "--runtime", "1", "--io-timeout", "2"])
-            .output()
-            .expect("run basalt bench");
-        assert!(!output.status.success(), "a write was acknowledged below min_size");
-        cluster.start_osd(1);
-        wait_until(Duration::from_secs(60), "every PG active", || {
-            pgs().iter().all(|pg| pg["state"] != "inactive" && pg["state"] != "peering").then_some(())
-        });
-        run_fio(&dir, "32M", 31, &["--verify_only"]);
-        cluster.start_osd(2);
-        wait_clean();
-        replicas_equal();
+    isolated(|| below_min_size(Store::Embedded));
+}
+
+#[test]
+fn a_pg_below_min_size_acknowledges_nothing_until_a_member_returns_on_etcd() {
+    isolated(|| below_min_size(Store::Etcd));
+}
+
+fn below_min_size(store: Store) {
+    let mut cluster = Cluster::start(store, &format!("failover-min-size-{store:?}"), 3, 3, 2, "32M");
+    let dir = cluster.scratch.path().to_path_buf();
+    run_fio(&dir, "32M", 31, &[]);
+    cluster.kill_osd(1);
+    cluster.kill_osd(2);
+    wait_until(Duration::from_secs(30), "two OSDs down", || (up_osds().len() == 1).then_some(()));
+    wait_until(Duration::from_secs(30), "every PG inactive", || {
+        pgs().iter().all(|pg| pg["state"] == "inactive").then_some(())
     });
+    let listed = pgs();
+    let reason = listed[0]["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("1 of its 3 OSDs up, fewer than min_size 2"), "{}", listed[0]);
+    let output = Command::new(BASALT)
+        .args(["bench", "--api", API, "--volume", "v", "--rw", "randwrite", "--runtime", "1", "--io-timeout", "2"])
+        .output()
+        .expect("run basalt bench");
+    assert!(!output.status.success(), "a write was acknowledged below min_size");
+    cluster.start_osd(1);
+    wait_until(Duration::from_secs(60), "every PG active", || {
+        pgs().iter().all(|pg| pg["state"] != "inactive" && pg["state"] != "peering").then_some(())
+    });
+    run_fio(&dir, "32M", 31, &["--verify_only"]);
+    cluster.start_osd(2);
+    wait_clean();
+    replicas_equal();
 }

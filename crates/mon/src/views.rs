@@ -87,6 +87,9 @@ pub struct PgView {
     pub state: String,
     /// Objects its primary still has to copy to members that lack them.
     pub objects_left: u64,
+    /// Why an `inactive` PG does not serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl PgView {
@@ -130,6 +133,7 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
                 target: Vec::new(),
                 state: "inactive".into(),
                 objects_left: 0,
+                reason: Some("the pool has no PG table yet".into()),
             })
             .collect();
     };
@@ -138,8 +142,10 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
             let (epoch, acting) = table.pgs.get(pg as usize).cloned().unwrap_or_default();
             let primary = acting.first().copied();
             let report = answers.pgs.get(&(pool.id, pg)).filter(|(osd, _)| Some(*osd) == primary).map(|(_, r)| r);
+            let min_size = usize::from(pool.min_size.max(1));
+            let target = table.target(pg as usize);
             let state = match report {
-                _ if acting.len() < usize::from(pool.min_size.max(1)) => "inactive".to_string(),
+                _ if acting.len() < min_size => "inactive".to_string(),
                 Some(report) if report.epoch == epoch => match wire::PgStateCode::from_u32(report.state) {
                     Some(code) => code.name().to_string(),
                     None => "unknown".to_string(),
@@ -148,15 +154,29 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
                 _ if primary.is_some_and(|osd| answers.history_writes.contains_key(&osd)) => "peering".to_string(),
                 _ => "unknown".to_string(),
             };
+            let reason = match (state.as_str(), primary) {
+                ("inactive", _) if acting.len() < min_size => Some(format!(
+                    "{} of its {} OSDs up, fewer than min_size {}",
+                    acting.len(),
+                    target.len(),
+                    pool.min_size
+                )),
+                ("inactive", Some(osd)) => Some(format!(
+                    "its primary osd.{osd} cannot activate it: no member of a set that may hold acknowledged writes \
+                     answered, or too few members did (osd.{osd}'s log names them)"
+                )),
+                _ => None,
+            };
             PgView {
                 pool: pool.id,
                 pg,
                 epoch,
                 primary,
-                target: table.target(pg as usize).to_vec(),
+                target: target.to_vec(),
                 acting,
                 state,
                 objects_left: report.filter(|report| report.epoch == epoch).map_or(0, |report| report.objects_left),
+                reason,
             }
         })
         .collect()

@@ -64,12 +64,14 @@ impl Active {
             && self.missing.values().all(BTreeMap::is_empty)
     }
 
-    /// Whether the history says what a write at `epoch` needs it to: this epoch's set is
-    /// recorded, or the PG is clean (every target member then gets every write).
+    /// Whether the history already finds every write this epoch acknowledges: this epoch's set
+    /// is recorded, the PG is clean (every target member gets every write), or some set peering
+    /// must already reach is part of the acting set (a write is on every acting member, so the
+    /// member of that set peering reaches holds it). Only otherwise does a write cost a record.
     pub(crate) fn recorded(&self, epoch: u64) -> bool {
         self.clean()
             || self.history.intervals.iter().any(|interval| interval.epoch == epoch)
-            || self.history.clean.as_ref().is_some_and(|clean| clean.epoch == epoch)
+            || self.history.required().any(|set| set.members.iter().all(|osd| self.acting.contains(osd)))
     }
 
     /// The history with this epoch's acting set appended.
@@ -261,5 +263,50 @@ impl Drop for WriteInFlight<'_> {
             writes.remove(&self.pg);
             self.states.drained.notify_waiters();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn active(acting: &[u32], target: &[u32], history: History) -> Active {
+        Active {
+            acting: acting.to_vec(),
+            target: target.to_vec(),
+            history,
+            history_revision: 0,
+            missing: BTreeMap::new(),
+            unlisted: BTreeSet::new(),
+        }
+    }
+
+    fn interval(epoch: u64, members: &[u32]) -> Interval {
+        Interval { epoch, members: members.to_vec() }
+    }
+
+    #[test]
+    fn a_write_needs_a_record_only_when_no_required_set_is_acting() {
+        // Clean: every target member takes every write.
+        assert!(active(&[1, 2, 3], &[3, 2, 1], History::default()).recorded(1));
+        // Degraded, nothing recorded: the first write records the set.
+        let degraded = active(&[1, 2], &[1, 2, 3], History::default());
+        assert!(!degraded.recorded(2));
+        let recorded = active(&[1, 2], &[1, 2, 3], degraded.with_interval(2));
+        assert!(recorded.recorded(2));
+        // osd 3 back and catching up at epoch 3: {1, 2} must be reached anyway and takes every
+        // write of epoch 3, so nothing more is written.
+        let mut back = active(&[1, 2, 3], &[1, 2, 3], History { clean: None, intervals: vec![interval(2, &[1, 2])] });
+        back.missing.insert(3, BTreeMap::from([(ObjectId { inode: 1, stripe: 0 }, 7)]));
+        assert!(!back.clean());
+        assert!(back.recorded(3));
+        // Down to osd 2 alone after {1, 2}: a later peering may reach only osd 1 for {1, 2},
+        // which lacks this epoch's writes, so the first write records {2}.
+        let alone = active(&[2], &[1, 2, 3], History { clean: None, intervals: vec![interval(2, &[1, 2])] });
+        assert!(!alone.recorded(4));
+        // A clean set that is not all acting does not cover the epoch.
+        let partial = active(&[1, 2], &[1, 2, 3], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
+        assert!(!partial.recorded(2));
+        assert!(same_members(&[1, 2, 3], &[3, 1, 2]) && !same_members(&[1, 2], &[1, 3]));
     }
 }

@@ -64,10 +64,11 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
                         members(&pg.acting),
                         members(&pg.target),
                         pg.objects_left.to_string(),
+                        pg.reason.clone().unwrap_or_else(|| "-".into()),
                     ]
                 })
                 .collect();
-            print_table(&["PG", "STATE", "EPOCH", "PRIMARY", "ACTING", "TARGET", "OBJECTS_LEFT"], &rows);
+            print_table(&["PG", "STATE", "EPOCH", "PRIMARY", "ACTING", "TARGET", "OBJECTS_LEFT", "REASON"], &rows);
         }
     }
     Ok(())
