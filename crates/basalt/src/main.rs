@@ -46,6 +46,8 @@ enum Command {
     Pool(cmd::pool::Args),
     /// List placement groups and their states through the mon API.
     Pg(cmd::pg::Args),
+    /// Show and change the cluster's settings through the mon API.
+    Config(cmd::config::Args),
     /// Manage volumes through the mon API.
     Volume(cmd::volume::Args),
     /// Show the cluster's state through the mon API.
@@ -82,6 +84,14 @@ enum OsdCommand {
     Stop(cmd::osd_admin::StopArgs),
     /// Start a stopped OSD of a `basalt dev` again (to watch it catch up), through the mon API.
     Start(cmd::osd_admin::StartArgs),
+    /// Mark an OSD out: its PGs move to other OSDs, served by it until they are clean without it.
+    Out(cmd::osd_membership::IdArgs),
+    /// Mark an OSD in: it takes its share of PGs again.
+    In(cmd::osd_membership::IdArgs),
+    /// Change an OSD's share of PGs (1 by default, relative to its capacity).
+    Reweight(cmd::osd_membership::ReweightArgs),
+    /// Remove a drained OSD (refused while it still holds PGs, unless --force).
+    Rm(cmd::osd_membership::RmArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,10 +141,19 @@ fn main() -> ExitCode {
         Command::Osd(OsdArgs { command, .. }) => {
             matches!(
                 command,
-                Some(OsdCommand::Ls(_) | OsdCommand::Tree(_) | OsdCommand::Stop(_) | OsdCommand::Start(_))
+                Some(
+                    OsdCommand::Ls(_)
+                        | OsdCommand::Tree(_)
+                        | OsdCommand::Stop(_)
+                        | OsdCommand::Start(_)
+                        | OsdCommand::Out(_)
+                        | OsdCommand::In(_)
+                        | OsdCommand::Reweight(_)
+                        | OsdCommand::Rm(_)
+                )
             )
         }
-        Command::Pool(_) | Command::Pg(_) | Command::Volume(_) | Command::Status(_) => true,
+        Command::Pool(_) | Command::Pg(_) | Command::Volume(_) | Command::Status(_) | Command::Config(_) => true,
         _ => false,
     };
     if prints_and_exits {
@@ -147,10 +166,17 @@ fn main() -> ExitCode {
         Command::Osd(OsdArgs { command: Some(OsdCommand::Tree(args)), .. }) => cmd::osd_admin::run_tree(global, args),
         Command::Osd(OsdArgs { command: Some(OsdCommand::Stop(args)), .. }) => cmd::osd_admin::run_stop(global, args),
         Command::Osd(OsdArgs { command: Some(OsdCommand::Start(args)), .. }) => cmd::osd_admin::run_start(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Out(args)), .. }) => cmd::osd_membership::run_out(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::In(args)), .. }) => cmd::osd_membership::run_in(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Reweight(args)), .. }) => {
+            cmd::osd_membership::run_reweight(global, args)
+        }
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Rm(args)), .. }) => cmd::osd_membership::run_rm(global, args),
         Command::Osd(OsdArgs { command: None, run }) => cmd::osd_run::run(global, run),
         Command::Mon(args) => cmd::mon::run(global, args),
         Command::Pool(args) => cmd::pool::run(global, args),
         Command::Pg(args) => cmd::pg::run(global, args),
+        Command::Config(args) => cmd::config::run(global, args),
         Command::Volume(args) => cmd::volume::run(global, args),
         Command::Status(args) => cmd::status::run(global, args),
         Command::Bench(args) => cmd::bench::run(global, args),

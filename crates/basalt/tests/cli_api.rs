@@ -129,6 +129,8 @@ fn register_osds(meta: SocketAddr) {
                 tags: BTreeSet::from(["ssd".to_string()]),
                 weight: 1.0,
                 capacity_bytes: 1 << 40,
+                out: false,
+                auto_out: false,
             };
             store.put(&keys::osd(id), encode(&osd), None).await.expect("put an osd");
             let live =

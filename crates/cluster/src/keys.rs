@@ -2,6 +2,7 @@
 
 pub const ROOT: &str = "/basalt/";
 pub const CLUSTER: &str = "/basalt/config/cluster";
+pub const SETTINGS: &str = "/basalt/config/settings";
 pub const POOLS_PREFIX: &str = "/basalt/config/pools/";
 pub const PGS_PREFIX: &str = "/basalt/config/pgs/";
 pub const OSDS_PREFIX: &str = "/basalt/osd/";

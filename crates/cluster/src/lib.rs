@@ -19,5 +19,5 @@ pub use layout::{mint_version, object_pg, ObjectRef};
 pub use map::{ClusterMap, PgState};
 pub use records::{
     machine_id, ClusterRecord, Counter, FailureDomainName, LeaderRecord, LocalSocket, OsdLiveRecord, OsdRecord,
-    PgHistoryRecord, PgTableRecord, PoolRecord, RecordError, Redundancy, VolumeRecord,
+    PgHistoryRecord, PgTableRecord, PoolRecord, RecordError, Redundancy, SettingsRecord, VolumeRecord,
 };

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use crate::keys;
 use crate::records::{
-    decode, machine_id, OsdLiveRecord, OsdRecord, PgTableRecord, PoolRecord, RecordError, VolumeRecord,
+    decode, machine_id, OsdLiveRecord, OsdRecord, PgTableRecord, PoolRecord, RecordError, SettingsRecord,
+    VolumeRecord,
 };
 
 /// One PG as the table publishes it.
@@ -35,6 +36,8 @@ pub struct ClusterMap {
     pub osds: BTreeMap<u32, OsdRecord>,
     pub live: BTreeMap<u32, OsdLiveRecord>,
     pub volumes: BTreeMap<String, VolumeRecord>,
+    /// Defaults while the store has no settings record (or one that does not decode).
+    pub settings: SettingsRecord,
     /// `unix:PATH` of the live OSDs whose local socket this process can reach (ADR 0013).
     local_addresses: BTreeMap<u32, String>,
 }
@@ -112,6 +115,12 @@ impl ClusterMap {
             let result = set(&mut self.live, id, key, value);
             self.update_local_address(id);
             result
+        } else if key == keys::SETTINGS {
+            self.settings = SettingsRecord::default();
+            if let Some(value) = value {
+                self.settings = decode(key, value)?;
+            }
+            Ok(())
         } else if let Some(name) = key.strip_prefix(keys::VOLUMES_PREFIX) {
             set(&mut self.volumes, name.to_string(), key, value)
         } else {

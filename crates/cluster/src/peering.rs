@@ -96,6 +96,10 @@ pub struct Plan {
     pub authoritative: BTreeMap<ObjectId, u64>,
     /// What each acting member that answered needs, in object order; empty for a complete one.
     pub needs: BTreeMap<u32, Vec<Need>>,
+    /// The copies, with their versions, that acting members outside every required set hold
+    /// at another version than the newest (or that the PG no longer has): deleted before
+    /// anything is copied to them.
+    pub discard: BTreeMap<u32, Vec<(ObjectId, u64)>>,
     /// The members to bring up to date before the PG activates: the primary, then the
     /// `min_size - 1` others that need least.
     pub before_active: Vec<u32>,
@@ -139,12 +143,22 @@ pub fn plan(inputs: &Inputs<'_>) -> Decision {
         return Decision::TooFewMembers { reached: reached.len(), min_size: inputs.min_size, bad };
     }
 
+    // Only members of a set the history requires know every acknowledged write; another
+    // member (one that joined the PG for backfill, or returned after the PG was clean without
+    // it) may hold copies the PG has since deleted or never acknowledged, so its copies count
+    // for nothing, and those that differ from the newest are discarded. A PG with no history
+    // has acknowledged nothing: every member counts.
+    let trusted = |osd: &u32| {
+        let mut required = inputs.history.required().peekable();
+        required.peek().is_none() || required.any(|interval| interval.members.contains(osd))
+    };
+
     // The newest version of each object, and who holds it: the primary if it does, else the
     // first acting member, else the first other member that answered.
     let holders_in_order =
         inputs.acting.iter().copied().chain(listings.keys().copied().filter(|osd| !inputs.acting.contains(osd)));
     let mut authoritative: BTreeMap<ObjectId, (u64, u32)> = BTreeMap::new();
-    for osd in holders_in_order.filter(|osd| listings.contains_key(osd)) {
+    for osd in holders_in_order.filter(|osd| listings.contains_key(osd) && trusted(osd)) {
         for &(object, version) in listings[&osd] {
             let entry = authoritative.entry(object).or_insert((version, osd));
             if version > entry.0 {
@@ -154,25 +168,37 @@ pub fn plan(inputs: &Inputs<'_>) -> Decision {
     }
 
     let mut needs = BTreeMap::new();
+    let mut discard = BTreeMap::new();
     for &osd in &reached {
         let held: BTreeMap<ObjectId, u64> = listings[&osd].iter().copied().collect();
         let member_needs: Vec<Need> = authoritative
             .iter()
-            .filter(|(object, (version, _))| held.get(object).is_none_or(|held| held < version))
+            .filter(|(object, (version, _))| held.get(object).is_none_or(|held| held != version))
             .map(|(&object, &(version, source))| Need { object, version, source })
             .collect();
         needs.insert(osd, member_needs);
+        if !trusted(&osd) {
+            let stale: Vec<(ObjectId, u64)> = held
+                .iter()
+                .filter(|(object, version)| authoritative.get(object).is_none_or(|(newest, _)| newest != *version))
+                .map(|(&object, &version)| (object, version))
+                .collect();
+            if !stale.is_empty() {
+                discard.insert(osd, stale);
+            }
+        }
     }
 
     let mut others: Vec<u32> = reached.iter().copied().filter(|&osd| osd != primary).collect();
-    // Fewest needs first; placement order among equals.
-    others.sort_by_key(|osd| needs[osd].len());
+    // Members of a required set first, then fewest needs; placement order among equals.
+    others.sort_by_key(|osd| (!trusted(osd), needs[osd].len()));
     let mut before_active = vec![primary];
     before_active.extend(others.iter().copied().take(min_size - 1));
     let catching_up = inputs.acting.iter().copied().filter(|osd| !before_active.contains(osd)).collect();
     Decision::Plan(Plan {
         authoritative: authoritative.into_iter().map(|(object, (version, _))| (object, version)).collect(),
         needs,
+        discard,
         before_active,
         catching_up,
         bad,
@@ -286,6 +312,24 @@ mod tests {
             Decision::TooFewMembers { reached: 1, bad, .. } => assert_eq!(bad.len(), 2),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_member_outside_every_required_set_counts_for_nothing() {
+        // Osd 4 joined for backfill with copies from long ago: object 0 at an old version,
+        // object 3 deleted since; osd 1 and 2 are the clean set.
+        let history = History { clean: Some(interval(5, &[1, 2])), intervals: vec![] };
+        let lists = listings(&[(1, &[(0, V6), (1, V5)]), (2, &[(0, V6), (1, V5)]), (4, &[(0, V5), (1, V5), (3, V6 + 9)])]);
+        let Decision::Plan(plan) = decide(&[1, 2, 4], 2, &history, &lists) else { panic!("a plan") };
+        assert_eq!(plan.authoritative, BTreeMap::from([(object(0), V6), (object(1), V5)]));
+        assert_eq!(plan.discard, BTreeMap::from([(4, vec![(object(0), V5), (object(3), V6 + 9)])]));
+        assert_eq!(plan.needs[&4], [Need { object: object(0), version: V6, source: 1 }]);
+        assert_eq!(plan.before_active, [1, 2]);
+        assert!(plan.discard.get(&1).is_none() && plan.needs[&1].is_empty());
+        // Without any history every member counts.
+        let Decision::Plan(plan) = decide(&[1, 2, 4], 2, &History::default(), &lists) else { panic!("a plan") };
+        assert_eq!(plan.authoritative[&object(3)], V6 + 9);
+        assert!(plan.discard.is_empty());
     }
 
     /// One PG's life in a model: acting sets change at random, every change peers with `plan`

@@ -178,6 +178,14 @@ pub struct OsdRecord {
     /// Relative placement weight; 1.0 is the default, 0 drains the OSD.
     pub weight: f64,
     pub capacity_bytes: u64,
+    /// Out: placement gives it no PGs (`basalt osd out`, or down longer than
+    /// `down_out_interval`); its PGs move elsewhere while it keeps serving them until they
+    /// are clean without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub out: bool,
+    /// The mon marked it out because it stayed down; it comes back in when it is up again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_out: bool,
 }
 
 impl OsdRecord {
@@ -187,6 +195,24 @@ impl OsdRecord {
             return 0;
         }
         (self.capacity_bytes as f64 * self.weight).min(u64::MAX as f64) as u64
+    }
+}
+
+/// `/basalt/config/settings`: the cluster's live-changeable settings (`basalt config set`).
+/// A missing record or field means its default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SettingsRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    /// How long an OSD may stay down before the mon marks it out and its PGs are rebuilt
+    /// elsewhere.
+    pub down_out_interval_s: u64,
+}
+
+impl Default for SettingsRecord {
+    fn default() -> SettingsRecord {
+        SettingsRecord { version: FORMAT_VERSION, down_out_interval_s: 600 }
     }
 }
 
@@ -253,6 +279,11 @@ impl VolumeRecord {
     /// The inode number of volume `number` in `pool`.
     pub fn inode(pool: u32, number: u64) -> u64 {
         (u64::from(pool) << 56) | (number & ((1 << 56) - 1))
+    }
+
+    /// The pool an inode belongs to.
+    pub fn pool_of(inode: u64) -> u32 {
+        (inode >> 56) as u32
     }
 }
 

@@ -13,7 +13,7 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use cluster::records::decode;
 use cluster::{keys, ClusterMap, LeaderRecord};
@@ -23,6 +23,7 @@ use serde::Deserialize;
 
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::down_report::{self, DownReport};
+use crate::osd_admin;
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
 use crate::views::{DownReportView, LocalOsdView, PgList, VolumeList, VolumeView};
 use crate::{LocalOsdError, LocalOsds, Shared, StopRequest};
@@ -39,6 +40,11 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/pgs", get(list_pgs))
         .route("/osds", get(list_osds))
         .route("/osds/tree", get(osd_tree))
+        .route("/osds/{id}", delete(remove_osd))
+        .route("/osds/{id}/out", post(out_osd))
+        .route("/osds/{id}/in", post(in_osd))
+        .route("/osds/{id}/reweight", post(reweight_osd))
+        .route("/config", get(get_settings).patch(change_settings))
         .route("/osds/{id}/down-report", post(report_down))
         .route("/osds/{id}/stop", post(stop_osd))
         .route("/osds/{id}/start", post(start_osd));
@@ -363,6 +369,65 @@ async fn report_down(
 ) -> ApiResult<Json<DownReportView>> {
     let osd = osd_id(&id)?;
     Ok(Json(down_report::handle(shared.store.as_ref(), shared.config.fast_down, osd, report).await?))
+}
+
+async fn osd_answer(shared: &Shared, id: u32) -> ApiResult<Json<views::OsdView>> {
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
+    let view = views::osd_views(&map).into_iter().find(|osd| osd.id == id);
+    view.map(Json).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("osd.{id} does not exist")))
+}
+
+async fn out_osd(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<views::OsdView>> {
+    let osd = osd_id(&id)?;
+    osd_admin::mark_out(shared.store.as_ref(), osd).await?;
+    osd_answer(&shared, osd).await
+}
+
+async fn in_osd(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<views::OsdView>> {
+    let osd = osd_id(&id)?;
+    osd_admin::mark_in(shared.store.as_ref(), osd).await?;
+    osd_answer(&shared, osd).await
+}
+
+async fn reweight_osd(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Body(request): Body<views::ReweightRequest>,
+) -> ApiResult<Json<views::OsdView>> {
+    let osd = osd_id(&id)?;
+    osd_admin::reweight(shared.store.as_ref(), osd, request.weight).await?;
+    osd_answer(&shared, osd).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoveQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+async fn remove_osd(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    query: Result<Query<RemoveQuery>, QueryRejection>,
+) -> ApiResult<Json<views::OsdView>> {
+    let Query(query) = query.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let osd = osd_id(&id)?;
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
+    let view = views::osd_views(&map).into_iter().find(|view| view.id == osd);
+    osd_admin::remove(shared.store.as_ref(), &map, osd, query.force).await?;
+    view.map(Json).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("osd.{osd} does not exist")))
+}
+
+async fn get_settings(State(shared): State<Arc<Shared>>) -> ApiResult<Json<cluster::SettingsRecord>> {
+    Ok(Json(osd_admin::settings(shared.store.as_ref()).await?))
+}
+
+async fn change_settings(
+    State(shared): State<Arc<Shared>>,
+    Body(change): Body<views::SettingsChange>,
+) -> ApiResult<Json<cluster::SettingsRecord>> {
+    Ok(Json(osd_admin::change_settings(shared.store.as_ref(), &change).await?))
 }
 
 fn osd_id(id: &str) -> ApiResult<u32> {

@@ -20,13 +20,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::records::{decode, encode, FORMAT_VERSION};
-use cluster::{keys, ClusterMap, LeaderRecord, OsdRecord, PgTableRecord, PoolRecord, VolumeRecord};
+use cluster::{keys, ClusterMap, LeaderRecord, OsdRecord, PgHistoryRecord, PgTableRecord, PoolRecord, VolumeRecord};
 use cluster_watch::MapWatcher;
 use meta::{Compare, CompareOp, Leadership, LeaseId, MetaError, MetaStore, Txn, TxnOp, TxnOpResult};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::pg_tables::{next_table, osd_infos, TableChange};
+use crate::pg_tables::{backfilling, next_table, osd_infos, up_osds, TableChange};
 use crate::reaper::{reap_volume, VolumeReaper};
 use crate::{Role, Shared};
 
@@ -142,6 +142,48 @@ async fn campaign_and_lead(
         lost = leadership.lost(store) => lost.map(|()| TermEnd::Deposed),
         end = publish_loop(shared, watcher, &leadership) => end,
         end = reap_loop(shared, watcher, reaper, &leadership) => end,
+        end = down_out_loop(shared, watcher, &leadership) => end,
+    }
+}
+
+/// How often the leader looks at the OSDs that are down.
+const DOWN_OUT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Marks out the OSDs down past `down_out_interval` and in again the ones the mon marked out
+/// that are back (`down_out.rs`). A new leader counts from when it first saw an OSD down, never
+/// from before: a term change only delays marking out.
+async fn down_out_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leadership) -> Result<TermEnd, MetaError> {
+    let store = shared.store.as_ref();
+    let mut receiver = watcher.subscribe();
+    loop {
+        let map = receiver.borrow_and_update().clone();
+        let down = shared.observe_down(&map);
+        for (osd, verdict) in crate::down_out::decide(&map, &down, std::time::SystemTime::now()) {
+            let (out, what) = match verdict {
+                crate::down_out::Verdict::MarkOut => (true, "marked out an osd down longer than down_out_interval"),
+                crate::down_out::Verdict::MarkIn => (false, "marked in an osd the mon had marked out, up again"),
+                _ => continue,
+            };
+            let written = crate::osd_admin::update_osd(store, osd, Some(leadership.fence()), |record| {
+                record.out = out;
+                record.auto_out = out;
+                Ok(())
+            })
+            .await;
+            match written {
+                Ok(Some(_)) => tracing::warn!(osd, down_out_interval_s = map.settings.down_out_interval_s, "{what}"),
+                Ok(None) => return Ok(TermEnd::Deposed),
+                Err(error) => tracing::warn!(osd, %error, "cannot change the osd's out flag"),
+            }
+        }
+        tokio::select! {
+            changed = receiver.changed() => {
+                if changed.is_err() {
+                    return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));
+                }
+            }
+            _ = tokio::time::sleep(DOWN_OUT_CHECK_INTERVAL) => {}
+        }
     }
 }
 
@@ -180,7 +222,11 @@ enum PublishError {
     Record(#[from] cluster::RecordError),
 }
 
-/// Publishes every pool's table whenever the OSD map or the pools change.
+/// How often the leader looks for PGs that completed a backfill.
+const BACKFILL_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Publishes every pool's table whenever the OSD map or the pools change, and while PGs
+/// backfill, whenever one of them has completed.
 async fn publish_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leadership) -> Result<TermEnd, MetaError> {
     let mut receiver = watcher.subscribe();
     let mut last_inputs: Option<Inputs> = None;
@@ -195,6 +241,9 @@ async fn publish_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leader
         let due = retry_at.is_some_and(|at| now >= at);
         if due || last_inputs.as_ref() != Some(&inputs) {
             retry_at = None;
+            if map.pg_tables.values().any(|table| backfilling(table).next().is_some()) {
+                retry_at = Some(now + BACKFILL_CHECK_INTERVAL);
+            }
             match publish_all(shared, leadership, &map, in_grace, &mut reported).await {
                 Ok(()) => last_inputs = Some(inputs),
                 Err(PublishError::Deposed) => return Ok(TermEnd::Deposed),
@@ -236,8 +285,7 @@ async fn publish_all(
 ) -> Result<(), PublishError> {
     let mut first_error = None;
     for &pool in map.pools.keys() {
-        let remap = shared.config.remap_on_osd_change;
-        match publish_pool(shared.store.as_ref(), leadership, map, pool, in_grace, remap, reported).await {
+        match publish_pool(shared.store.as_ref(), leadership, map, pool, in_grace, reported).await {
             Ok(()) => {}
             Err(PublishError::Deposed) => return Err(PublishError::Deposed),
             Err(error) => {
@@ -257,7 +305,6 @@ async fn publish_pool(
     map: &ClusterMap,
     pool_id: u32,
     in_grace: bool,
-    remap: bool,
     reported: &mut BTreeMap<u32, String>,
 ) -> Result<(), PublishError> {
     let pool_key = keys::pool(pool_id);
@@ -276,8 +323,12 @@ async fn publish_pool(
     // A table that does not decode is not replaced: starting over at epoch 1 would let
     // operations of older epochs through.
     let previous: Option<PgTableRecord> = table_kv.as_ref().map(|kv| decode(&table_key, &kv.value)).transpose()?;
-    let osds = osd_infos(map, previous.as_ref(), in_grace);
-    let table = match next_table(&pool, &osds, previous.as_ref(), remap) {
+    let up = up_osds(map, previous.as_ref(), in_grace);
+    let complete = match &previous {
+        Some(previous) => complete_pgs(store, previous).await?,
+        None => BTreeSet::new(),
+    };
+    let table = match next_table(&pool, &osd_infos(map), &up, previous.as_ref(), &complete) {
         TableChange::Unchanged => {
             reported.remove(&pool_id);
             return Ok(());
@@ -318,6 +369,34 @@ async fn publish_pool(
         [TxnOpResult::Get(Some(leader))] if leadership.holds(leader) => Err(PublishError::Raced { pool: pool_id }),
         _ => Err(PublishError::Deposed),
     }
+}
+
+/// The backfilling PGs of `table` that were complete at their stored epoch: their history says
+/// clean at that epoch with exactly its acting set.
+async fn complete_pgs(store: &dyn MetaStore, table: &PgTableRecord) -> Result<BTreeSet<usize>, PublishError> {
+    let pgs: BTreeSet<usize> = backfilling(table).collect();
+    if pgs.is_empty() {
+        return Ok(pgs);
+    }
+    let prefix = format!("{}{}/", keys::PG_HISTORY_PREFIX, table.pool);
+    let mut complete = BTreeSet::new();
+    for kv in store.list(&prefix).await? {
+        let Some(pg) = keys::id_after(&prefix, &kv.key).map(|pg| pg as usize).filter(|pg| pgs.contains(pg)) else {
+            continue;
+        };
+        // A record that does not decode leaves its PG backfilling, which is always safe.
+        let Ok(record) = decode::<PgHistoryRecord>(&kv.key, &kv.value) else { continue };
+        let (epoch, acting) = &table.pgs[pg];
+        let complete_here = record.history.clean.as_ref().is_some_and(|clean| {
+            clean.epoch == *epoch
+                && clean.members.len() == acting.len()
+                && clean.members.iter().all(|osd| acting.contains(osd))
+        });
+        if complete_here && record.history.intervals.is_empty() {
+            complete.insert(pg);
+        }
+    }
+    Ok(complete)
 }
 
 /// Deletes the volumes flagged `deleting`, one at a time, whenever the map shows some.

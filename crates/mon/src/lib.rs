@@ -14,9 +14,11 @@
 
 pub mod admin;
 mod api;
+mod down_out;
 mod down_report;
 mod leader;
 pub mod local_osds;
+pub mod osd_admin;
 pub mod pg_tables;
 pub mod reaper;
 pub mod stderr_log;
@@ -63,13 +65,6 @@ pub struct MonConfig {
     pub lease_ttl: Duration,
     pub keep_alive_interval: Duration,
     pub liveness_grace: Duration,
-    /// Whether a pool's existing PGs change target sets when OSDs come and go (placement
-    /// recomputed over the OSDs up now).
-    ///
-    /// Off by default until backfill exists: a PG moved to an OSD without its data would have
-    /// to copy every object first. With it off, target sets stay and acting sets follow
-    /// liveness inside them (`pg_tables.rs`), and only new pools use new OSDs.
-    pub remap_on_osd_change: bool,
     /// Whether a reported OSD whose address refuses the mon's own connect loses its lease at
     /// once (ADR 0015). Off where the network may answer for a living OSD with resets.
     pub fast_down: bool,
@@ -84,7 +79,6 @@ impl MonConfig {
             lease_ttl: LEASE_TTL_DEFAULT,
             keep_alive_interval: KEEP_ALIVE_INTERVAL_DEFAULT,
             liveness_grace: LIVENESS_GRACE_DEFAULT,
-            remap_on_osd_change: false,
             fast_down: true,
         }
     }
@@ -127,17 +121,31 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The registered OSDs without a liveness key, and since when this mon has seen them so.
-    pub(crate) fn down_since(&self, map: &ClusterMap) -> Vec<views::OsdDownView> {
+    pub(crate) fn observe_down(&self, map: &ClusterMap) -> BTreeMap<u32, std::time::SystemTime> {
         let now = std::time::SystemTime::now();
         let mut down = self.down.lock().expect("the down table is never poisoned");
         down.retain(|osd, _| map.osds.contains_key(osd) && !map.live.contains_key(osd));
-        map.osds
-            .keys()
-            .filter(|osd| !map.live.contains_key(osd))
-            .map(|&osd| {
-                let since = *down.entry(osd).or_insert(now);
+        for &osd in map.osds.keys().filter(|osd| !map.live.contains_key(osd)) {
+            down.entry(osd).or_insert(now);
+        }
+        down.clone()
+    }
+
+    /// The down OSDs for `basalt status`: since when, whether out, and what the mon will do.
+    pub(crate) fn down_since(&self, map: &ClusterMap) -> Vec<views::OsdDownView> {
+        let down = self.observe_down(map);
+        let verdicts = down_out::decide(map, &down, std::time::SystemTime::now());
+        down.iter()
+            .map(|(&osd, since)| {
                 let since_unix_s = since.duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs());
-                views::OsdDownView { id: osd, since_unix_s }
+                let (out_in_s, kept_in) = match verdicts.get(&osd) {
+                    Some(down_out::Verdict::Waiting { left }) => (Some(left.as_secs()), None),
+                    Some(down_out::Verdict::Held { reason }) => (None, Some(reason.clone())),
+                    Some(down_out::Verdict::MarkOut) => (Some(0), None),
+                    _ => (None, None),
+                };
+                let out = map.osds.get(&osd).is_some_and(|record| record.out);
+                views::OsdDownView { id: osd, since_unix_s, out, out_in_s, kept_in }
             })
             .collect()
     }
@@ -169,7 +177,6 @@ pub(crate) struct ResolvedConfig {
     pub lease_ttl: Duration,
     pub keep_alive_interval: Duration,
     pub liveness_grace: Duration,
-    pub remap_on_osd_change: bool,
     pub fast_down: bool,
 }
 
@@ -207,7 +214,6 @@ impl Mon {
                 lease_ttl: config.lease_ttl,
                 keep_alive_interval: config.keep_alive_interval,
                 liveness_grace: config.liveness_grace,
-                remap_on_osd_change: config.remap_on_osd_change,
                 fast_down: config.fast_down,
             },
             progress: Default::default(),

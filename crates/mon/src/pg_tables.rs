@@ -2,18 +2,25 @@
 //!
 //! Everything here is a pure function of the pool, the OSD map and the stored table, so the
 //! leader loop only reads, calls [`next_table`] and writes. The rules
-//! (`docs/adr/0006-monitor-and-api.md`, `docs/design/peering.md`):
+//! (`docs/adr/0006-monitor-and-api.md`, `docs/design/peering.md`, `docs/design/backfill.md`):
 //!
+//! - An OSD is *in* unless its record says out (`basalt osd out`, or down longer than
+//!   `down_out_interval`). A PG's *target set* is placement's over the OSDs that are in, up or
+//!   not: `placement::compute` first, `compute_degraded` when there are fewer failure domains
+//!   than replicas, from the stored targets, so only what a membership change requires moves.
+//!   When no OSD is eligible, stored targets stay (a new pool gets no table).
 //! - An OSD is up when its liveness key exists. While the mon is in its liveness grace (one
-//!   OSD lease TTL after it started, ADR 0005), an OSD without a liveness key that is a member
-//!   of the stored table still counts as up, so a restarted store does not reshuffle every PG.
-//! - A PG's *target set* is placement's: `placement::compute` first, `compute_degraded` when
-//!   there are fewer failure domains than replicas, over the OSDs up now. Stored target sets
-//!   stay as they are unless `remap` is on or the pool's PG count changed: moving a PG to other
-//!   OSDs needs backfill. Nothing is published when no OSD is eligible for a new table.
-//! - A PG's *acting set* is its target set's up OSDs, in target order, except that a primary
-//!   that is still up stays first: a primary changes only once its OSD is down (its liveness
-//!   key gone), so a deposed primary has stopped acknowledging before its successor starts.
+//!   OSD lease TTL after it started), an OSD without a liveness key that is a member of the
+//!   stored table still counts as up, so a restarted store does not reshuffle every PG.
+//! - A PG's *acting set* is its target set's up OSDs, in target order, followed by the up
+//!   members of its previous acting set that left the target (*old members*): they keep
+//!   serving, and the new members receive every object in the background (backfill). Old
+//!   members leave once the PG was complete at its stored epoch (every acting member held
+//!   every object, as its history records) and the target is part of that set.
+//! - The primary is the previous primary while it is acting (a primary changes only once its
+//!   OSD is down or has left the PG after backfill, so a deposed primary has stopped
+//!   acknowledging or is refused by every member's epoch check); otherwise the first acting
+//!   member, in target order, that was acting before.
 //! - A PG's epoch grows by one when its acting set changes (a new primary is a change); new PGs
 //!   start at epoch 1; `table_epoch` grows with every write; an unchanged table is not written.
 
@@ -33,53 +40,72 @@ pub enum TableChange {
     NoEligibleOsd(String),
 }
 
-/// The inputs that decide a pool's table besides the stored table: the OSD map as placement
-/// sees it. The leader compares these to skip recomputation on unrelated changes.
-pub fn osd_infos(map: &ClusterMap, previous: Option<&PgTableRecord>, in_grace: bool) -> Vec<OsdInfo> {
-    let previous_members: BTreeSet<u32> = previous
-        .map(|table| {
-            let acting = table.pgs.iter().flat_map(|(_, members)| members.iter().copied());
-            acting.chain(table.targets.iter().flatten().copied()).collect()
-        })
-        .unwrap_or_default();
-    map.osds
-        .values()
-        .map(|osd| osd_info(osd, map.live.contains_key(&osd.id), in_grace && previous_members.contains(&osd.id)))
-        .collect()
+/// The OSDs as placement sees them: every registered OSD, eligible unless it is out.
+pub fn osd_infos(map: &ClusterMap) -> Vec<OsdInfo> {
+    map.osds.values().map(osd_info).collect()
 }
 
-fn osd_info(osd: &OsdRecord, live: bool, held_by_grace: bool) -> OsdInfo {
+fn osd_info(osd: &OsdRecord) -> OsdInfo {
     OsdInfo {
         id: OsdId(osd.id),
         host: osd.host.clone(),
         rack: osd.rack.clone(),
         tags: osd.tags.clone(),
         weight_bytes: osd.weight_bytes(),
-        up: live || held_by_grace,
+        up: !osd.out,
     }
 }
 
-/// Computes what to publish for `pool`, given the OSDs (from [`osd_infos`]) and the stored
-/// table; `remap` lets stored target sets follow placement.
-pub fn next_table(pool: &PoolRecord, osds: &[OsdInfo], previous: Option<&PgTableRecord>, remap: bool) -> TableChange {
+/// The OSDs that count as up for `previous`'s acting sets: those with a liveness key, and in
+/// the grace the members of the stored table too.
+pub fn up_osds(map: &ClusterMap, previous: Option<&PgTableRecord>, in_grace: bool) -> BTreeSet<u32> {
+    let mut up: BTreeSet<u32> = map.live.keys().copied().filter(|osd| map.osds.contains_key(osd)).collect();
+    if let Some(previous) = previous.filter(|_| in_grace) {
+        let acting = previous.pgs.iter().flat_map(|(_, members)| members.iter().copied());
+        up.extend(acting.chain(previous.targets.iter().flatten().copied()).filter(|osd| map.osds.contains_key(osd)));
+    }
+    up
+}
+
+/// The PGs of `table` with old members (acting members outside the target set).
+pub fn backfilling(table: &PgTableRecord) -> impl Iterator<Item = usize> + '_ {
+    table
+        .pgs
+        .iter()
+        .enumerate()
+        .filter(|(pg, (_, acting))| acting.iter().any(|osd| !table.target(*pg).contains(osd)))
+        .map(|(pg, _)| pg)
+}
+
+/// Computes what to publish for `pool`, given placement's view of the OSDs (from
+/// [`osd_infos`]), the OSDs up now (from [`up_osds`]), the stored table and the PGs of it
+/// whose every acting member held every object at its stored epoch (`complete`).
+pub fn next_table(
+    pool: &PoolRecord,
+    osds: &[OsdInfo],
+    up: &BTreeSet<u32>,
+    previous: Option<&PgTableRecord>,
+    complete: &BTreeSet<usize>,
+) -> TableChange {
     // A stored table of another pool (a corrupt record) is ignored rather than trusted.
     let previous = previous.filter(|table| table.pool == pool.id);
-    let keep_targets = !remap && previous.is_some_and(|table| table.pgs.len() == pool.pg_count as usize);
-    let targets: Vec<Vec<u32>> = match previous {
-        Some(previous) if keep_targets => (0..previous.pgs.len()).map(|pg| previous.target(pg).to_vec()).collect(),
-        _ => match place(pool, osds, previous) {
-            Ok(targets) => targets,
-            Err(reason) => return TableChange::NoEligibleOsd(reason),
-        },
+    let same_count = previous.is_some_and(|table| table.pgs.len() == pool.pg_count as usize);
+    let targets: Vec<Vec<u32>> = match (place(pool, osds, previous), previous) {
+        (Ok(targets), _) => targets,
+        (Err(_), Some(previous)) if same_count => (0..previous.pgs.len()).map(|pg| previous.target(pg).to_vec()).collect(),
+        (Err(reason), _) => return TableChange::NoEligibleOsd(reason),
     };
     assert_eq!(targets.len(), pool.pg_count as usize);
-    let up: BTreeSet<u32> = osds.iter().filter(|osd| osd.up).map(|osd| osd.id.0).collect();
     let pgs: Vec<(u64, Vec<u32>)> = targets
         .iter()
         .enumerate()
         .map(|(pg, target)| {
             let old = previous.and_then(|previous| previous.pgs.get(pg));
-            let acting = acting_set(target, &up, old.and_then(|(_, members)| members.first().copied()));
+            let old_acting = old.map(|(_, members)| members.as_slice());
+            let done = old_acting.is_some_and(|acting| {
+                complete.contains(&pg) && target.iter().all(|osd| acting.contains(osd))
+            });
+            let acting = acting_set(target, up, old_acting, done);
             let epoch = match old {
                 Some((epoch, old_acting)) if *old_acting == acting => *epoch,
                 Some((epoch, _)) => epoch + 1,
@@ -102,7 +128,7 @@ pub fn next_table(pool: &PoolRecord, osds: &[OsdInfo], previous: Option<&PgTable
     })
 }
 
-/// Placement's target sets for `pool` over the OSDs up now.
+/// Placement's target sets for `pool` over the OSDs that are in.
 fn place(pool: &PoolRecord, osds: &[OsdInfo], previous: Option<&PgTableRecord>) -> Result<Vec<Vec<u32>>, String> {
     let spec = pool.placement_spec();
     let previous_placement = previous.map(PgTableRecord::to_placement);
@@ -116,9 +142,20 @@ fn place(pool: &PoolRecord, osds: &[OsdInfo], previous: Option<&PgTableRecord>) 
     Ok(table.pgs.iter().map(|members| members.iter().map(|osd| osd.0).collect()).collect())
 }
 
-/// The up members of `target`, in its order, with `primary` first while it is one of them.
-fn acting_set(target: &[u32], up: &BTreeSet<u32>, primary: Option<u32>) -> Vec<u32> {
+/// The acting set of a PG: the up members of `target` in its order, then, unless `done`, the
+/// up members of `previous` outside it; the previous primary first while it is acting, else
+/// the first acting member that was acting before.
+fn acting_set(target: &[u32], up: &BTreeSet<u32>, previous: Option<&[u32]>, done: bool) -> Vec<u32> {
+    let previous = previous.unwrap_or(&[]);
     let mut acting: Vec<u32> = target.iter().copied().filter(|osd| up.contains(osd)).collect();
+    if !done {
+        acting.extend(previous.iter().copied().filter(|osd| up.contains(osd) && !target.contains(osd)));
+    }
+    let primary = previous
+        .first()
+        .filter(|primary| acting.contains(primary))
+        .or_else(|| acting.iter().find(|osd| previous.contains(osd)))
+        .copied();
     if let Some(position) = primary.and_then(|primary| acting.iter().position(|&osd| osd == primary)) {
         let primary = acting.remove(position);
         acting.insert(0, primary);
@@ -160,6 +197,8 @@ mod tests {
                 tags: BTreeSet::new(),
                 weight: 1.0,
                 capacity_bytes: 1 << 40,
+                out: false,
+                auto_out: false,
             };
             map.osds.insert(id, record);
         }
@@ -179,60 +218,145 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_new_pool_gets_epoch_one_everywhere() {
-        let map = map(&[(1, "a"), (2, "b"), (3, "c")], &[1, 2, 3]);
-        let table = publish(next_table(&pool(3, 16), &osd_infos(&map, None, false), None, false));
-        assert_eq!(table.table_epoch, 1);
-        assert_eq!(table.pgs.len(), 16);
-        assert!(table.pgs.iter().all(|(epoch, members)| *epoch == 1 && members.len() == 3));
-        assert_eq!(
-            next_table(&pool(3, 16), &osd_infos(&map, Some(&table), false), Some(&table), false),
-            TableChange::Unchanged
-        );
+    /// The next table of `pool` over `map`, from `previous`, no PG complete, out of the grace.
+    fn next(pool: &PoolRecord, map: &ClusterMap, previous: Option<&PgTableRecord>) -> TableChange {
+        next_table(pool, &osd_infos(map), &up_osds(map, previous, false), previous, &BTreeSet::new())
+    }
+
+    fn out(mut map: ClusterMap, osd: u32) -> ClusterMap {
+        map.osds.get_mut(&osd).expect("a registered osd").out = true;
+        map
     }
 
     #[test]
-    fn a_lost_osd_bumps_only_its_pgs_and_keeps_live_primaries() {
+    fn a_new_pool_gets_epoch_one_everywhere() {
+        let map = map(&[(1, "a"), (2, "b"), (3, "c")], &[1, 2, 3]);
+        let table = publish(next(&pool(3, 16), &map, None));
+        assert_eq!(table.table_epoch, 1);
+        assert_eq!(table.pgs.len(), 16);
+        assert!(table.pgs.iter().all(|(epoch, members)| *epoch == 1 && members.len() == 3));
+        assert_eq!(next(&pool(3, 16), &map, Some(&table)), TableChange::Unchanged);
+    }
+
+    /// An OSD marked out leaves the target sets of its PGs but keeps serving them, as primary
+    /// where it was, until they are complete; then it leaves their acting sets.
+    #[test]
+    fn an_out_osd_serves_its_pgs_until_they_are_complete_without_it() {
         let osds = [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e"), (6, "f")];
         let all = map(&osds, &[1, 2, 3, 4, 5, 6]);
         let pool = pool(3, 64);
-        let first = publish(next_table(&pool, &osd_infos(&all, None, false), None, true));
-        let without_6 = map(&osds, &[1, 2, 3, 4, 5]);
-        let second = publish(next_table(&pool, &osd_infos(&without_6, Some(&first), false), Some(&first), true));
+        let first = publish(next(&pool, &all, None));
+        let drained = out(all.clone(), 6);
+        let second = publish(next(&pool, &drained, Some(&first)));
         assert_eq!(second.table_epoch, 2);
-        for ((old_epoch, old), (new_epoch, new)) in first.pgs.iter().zip(&second.pgs) {
-            assert!(!new.contains(&6));
+        let mut moved = BTreeSet::new();
+        for (pg, ((old_epoch, old), (new_epoch, new))) in first.pgs.iter().zip(&second.pgs).enumerate() {
+            assert!(!second.target(pg).contains(&6), "pg {pg}");
             if old.contains(&6) {
-                assert_eq!(*new_epoch, old_epoch + 1);
+                moved.insert(pg);
+                assert_eq!(*new_epoch, old_epoch + 1, "pg {pg}");
+                assert!(new.contains(&6) && new.len() == 4, "pg {pg}: {new:?}");
             } else {
-                assert_eq!((new_epoch, new), (old_epoch, old));
+                assert_eq!((new_epoch, new), (old_epoch, old), "pg {pg}");
             }
+            assert_eq!(new[0], old[0], "pg {pg}: the primary moved: {old:?} -> {new:?}");
+            assert!(second.target(pg).iter().all(|osd| new.contains(osd)), "pg {pg}: a target member is not acting");
+        }
+        assert!(!moved.is_empty());
+        assert_eq!(backfilling(&second).collect::<BTreeSet<_>>(), moved);
+        // Nothing changes until the PGs are complete.
+        assert_eq!(next(&pool, &drained, Some(&second)), TableChange::Unchanged);
+        let third = publish(next_table(&pool, &osd_infos(&drained), &up_osds(&drained, None, false), Some(&second), &moved));
+        for (pg, ((epoch, old), (new_epoch, new))) in second.pgs.iter().zip(&third.pgs).enumerate() {
+            assert!(!new.contains(&6), "pg {pg}");
+            assert_eq!(new.len(), 3, "pg {pg}");
+            assert_eq!(*new_epoch, epoch + u64::from(moved.contains(&pg)), "pg {pg}");
             if old[0] != 6 {
-                assert_eq!(new[0], old[0], "a live primary moved: {old:?} -> {new:?}");
+                assert_eq!(new[0], old[0], "pg {pg}: a primary that stays in the pg keeps its role");
+            }
+        }
+        assert_eq!(backfilling(&third).count(), 0);
+    }
+
+    /// A joining OSD takes about its share of PG memberships, and every member of a PG's old
+    /// set keeps serving until the PG is complete.
+    #[test]
+    fn a_joining_osd_takes_its_share_and_old_members_stay_until_complete() {
+        let osds = [(1, "a"), (2, "b"), (3, "c"), (4, "d")];
+        let three = map(&osds[..3], &[1, 2, 3]);
+        let pool = pool(3, 64);
+        let first = publish(next(&pool, &three, None));
+        let four = map(&osds, &[1, 2, 3, 4]);
+        let second = publish(next(&pool, &four, Some(&first)));
+        let moved: Vec<usize> = backfilling(&second).collect();
+        // 4 OSDs, 3 copies: osd 4's share is 3/4 of the PGs, one membership each.
+        assert!((40..=56).contains(&moved.len()), "{} PG memberships moved", moved.len());
+        for &pg in &moved {
+            let (_, acting) = &second.pgs[pg];
+            assert_eq!(acting.len(), 4, "pg {pg}: {acting:?}");
+            assert!(first.pgs[pg].1.iter().all(|osd| acting.contains(osd)), "pg {pg}: an old member left early");
+            assert_eq!(acting[0], first.pgs[pg].1[0], "pg {pg}: the primary moved");
+        }
+        // A second change mid-backfill (osd 4 out again before any PG completed): the old
+        // members stay, osd 4 too, until the PG is complete.
+        let flapped = out(four.clone(), 4);
+        let third = publish(next(&pool, &flapped, Some(&second)));
+        for &pg in &moved {
+            let (_, acting) = &third.pgs[pg];
+            assert!(acting.contains(&4), "pg {pg}: osd 4 left before the pg was complete");
+            assert!(first.pgs[pg].1.iter().all(|osd| acting.contains(osd)), "pg {pg}");
+        }
+        assert!((0..64).all(|pg| !third.target(pg).contains(&4)));
+    }
+
+    /// A PG whose target changed again after it completed keeps its old members until the new
+    /// target is part of the complete set.
+    #[test]
+    fn completion_drops_old_members_only_when_the_target_is_among_them() {
+        let osds = [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")];
+        let four = map(&osds[..4], &[1, 2, 3, 4]);
+        let pool = pool(3, 32);
+        let first = publish(next(&pool, &four, None));
+        let drained = out(four.clone(), 4);
+        let second = publish(next(&pool, &drained, Some(&first)));
+        let moving: BTreeSet<usize> = backfilling(&second).collect();
+        assert!(!moving.is_empty());
+        // Osd 5 joins before the mon saw the PGs complete: the new targets may name it, which is
+        // not part of the complete sets, so those PGs keep their old members.
+        let five = out(map(&osds, &[1, 2, 3, 4, 5]), 4);
+        let third = publish(next_table(&pool, &osd_infos(&five), &up_osds(&five, None, false), Some(&second), &moving));
+        for pg in 0..32 {
+            let (_, acting) = &third.pgs[pg];
+            let target = third.target(pg);
+            assert!(target.iter().all(|osd| acting.contains(osd)), "pg {pg}");
+            let complete_set = &second.pgs[pg].1;
+            if moving.contains(&pg) && target.iter().all(|osd| complete_set.contains(osd)) {
+                assert!(!acting.contains(&4), "pg {pg}: {acting:?}");
+            } else if complete_set.contains(&4) {
+                assert!(acting.contains(&4), "pg {pg}: osd 4 left before the pg was complete: {acting:?}");
             }
         }
     }
 
     #[test]
-    fn the_liveness_grace_holds_members_but_admits_no_new_osd() {
-        let osds = [(1, "a"), (2, "b"), (3, "c"), (4, "d")];
+    fn the_liveness_grace_holds_members() {
+        let osds = [(1, "a"), (2, "b"), (3, "c")];
         let pool = pool(3, 16);
-        let first = publish(next_table(&pool, &osd_infos(&map(&osds[..3], &[1, 2, 3]), None, false), None, false));
-        // After a restart of the store nothing is live yet: members hold, osd 4 is not used.
-        let restarted = map(&osds, &[]);
-        let held = osd_infos(&restarted, Some(&first), true);
-        assert_eq!(next_table(&pool, &held, Some(&first), false), TableChange::Unchanged);
-        assert_eq!(next_table(&pool, &held, Some(&first), true), TableChange::Unchanged);
+        let first = publish(next(&pool, &map(&osds[..3], &[1, 2, 3]), None));
+        // After a restart of the store nothing is live yet: members hold.
+        let restarted = map(&osds[..3], &[]);
+        let held = up_osds(&restarted, Some(&first), true);
+        let none = BTreeSet::new();
+        assert_eq!(next_table(&pool, &osd_infos(&restarted), &held, Some(&first), &none), TableChange::Unchanged);
         // After the grace, nothing is live: every PG is left with no acting member, its target
-        // kept for when they return; a table to compute from scratch has no eligible OSD.
-        let empty = publish(next_table(&pool, &osd_infos(&restarted, Some(&first), false), Some(&first), false));
+        // kept for when they return.
+        let empty = publish(next(&pool, &restarted, Some(&first)));
         assert!(empty.pgs.iter().all(|(epoch, acting)| *epoch == 2 && acting.is_empty()));
         assert_eq!(empty.to_placement(), first.to_placement());
-        assert!(matches!(
-            next_table(&pool, &osd_infos(&restarted, Some(&first), false), Some(&first), true),
-            TableChange::NoEligibleOsd(_)
-        ));
+        // Every OSD out: no table for a new pool, the stored targets for an existing one.
+        let all_out = out(out(out(restarted, 1), 2), 3);
+        assert!(matches!(next(&pool, &all_out, None), TableChange::NoEligibleOsd(_)));
+        assert_eq!(publish(next(&pool, &all_out, Some(&first))).to_placement(), first.to_placement());
     }
 
     /// Without remapping, an OSD's loss shrinks its PGs' acting sets (a new primary only where it
@@ -241,9 +365,9 @@ mod tests {
     fn acting_sets_follow_liveness_inside_fixed_targets() {
         let osds = [(1, "a"), (2, "b"), (3, "c"), (4, "d")];
         let pool = pool(3, 32);
-        let first = publish(next_table(&pool, &osd_infos(&map(&osds, &[1, 2, 3, 4]), None, false), None, false));
+        let first = publish(next(&pool, &map(&osds, &[1, 2, 3, 4]), None));
         let down = map(&osds, &[1, 2, 4]);
-        let second = publish(next_table(&pool, &osd_infos(&down, Some(&first), false), Some(&first), false));
+        let second = publish(next(&pool, &down, Some(&first)));
         assert_eq!(second.to_placement(), first.to_placement(), "targets moved");
         assert_eq!(second.table_epoch, 2);
         for (pg, ((old_epoch, old), (new_epoch, new))) in first.pgs.iter().zip(&second.pgs).enumerate() {
@@ -255,12 +379,9 @@ mod tests {
             }
             assert_eq!(new, &expected, "pg {pg}: the remaining members keep their order");
         }
-        assert_eq!(
-            next_table(&pool, &osd_infos(&down, Some(&second), false), Some(&second), false),
-            TableChange::Unchanged
-        );
+        assert_eq!(next(&pool, &down, Some(&second)), TableChange::Unchanged);
         let back = map(&osds, &[1, 2, 3, 4]);
-        let third = publish(next_table(&pool, &osd_infos(&back, Some(&second), false), Some(&second), false));
+        let third = publish(next(&pool, &back, Some(&second)));
         for (pg, ((epoch, acting), (third_epoch, third_acting))) in second.pgs.iter().zip(&third.pgs).enumerate() {
             let target = first.target(pg);
             let mut members = third_acting.clone();
@@ -276,7 +397,7 @@ mod tests {
     #[test]
     fn too_few_hosts_give_a_degraded_table() {
         let map = map(&[(1, "a"), (2, "a"), (3, "b")], &[1, 2, 3]);
-        let table = publish(next_table(&pool(3, 8), &osd_infos(&map, None, false), None, false));
+        let table = publish(next(&pool(3, 8), &map, None));
         assert!(table.pgs.iter().all(|(_, members)| members.len() == 2));
     }
 }

@@ -226,6 +226,9 @@ pub struct VolumeList {
 pub struct OsdView {
     pub id: u32,
     pub up: bool,
+    /// Out: placement gives it no PGs (`basalt osd out`, or down past `down_out_interval`).
+    #[serde(default)]
+    pub out: bool,
     /// The address of the running OSD; `null` while it is down.
     pub address: Option<String>,
     pub host: String,
@@ -237,6 +240,20 @@ pub struct OsdView {
     pub pgs: u64,
     /// PGs the OSD is the primary of.
     pub primary_pgs: u64,
+}
+
+/// `PATCH /config`: the settings to change, each optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsChange {
+    pub down_out_interval_s: Option<u64>,
+}
+
+/// `POST /osds/{id}/reweight`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReweightRequest {
+    pub weight: f64,
 }
 
 /// The answer to `POST /osds/{id}/stop` and `/start` (`basalt dev`'s OSDs).
@@ -297,11 +314,20 @@ pub struct Capacity {
     pub reporting_osds: u64,
 }
 
-/// An OSD that is down, and since when (as the answering mon saw it go: Unix seconds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// An OSD that is down, since when (as the answering mon saw it go: Unix seconds), and whether
+/// it is out or when it will be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdDownView {
     pub id: u32,
     pub since_unix_s: u64,
+    #[serde(default)]
+    pub out: bool,
+    /// Seconds until the mon marks it out (`down_out_interval`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_in_s: Option<u64>,
+    /// Why the mon keeps it in although its interval is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_in: Option<String>,
 }
 
 /// Objects still to copy to members that lack them, over every PG, and how fast that goes.
@@ -406,6 +432,7 @@ fn osd_view(osd: &OsdRecord, map: &ClusterMap, (pgs, primary_pgs): (u64, u64)) -
     OsdView {
         id: osd.id,
         up: live.is_some(),
+        out: osd.out,
         address: live.map(|live| live.address.clone()),
         host: osd.host.clone(),
         rack: osd.rack.clone(),
@@ -486,6 +513,8 @@ mod tests {
                 tags: BTreeSet::new(),
                 weight: 1.0,
                 capacity_bytes: 1 << 30,
+                out: false,
+                auto_out: false,
             };
             map.osds.insert(id, record);
         }

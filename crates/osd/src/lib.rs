@@ -256,6 +256,7 @@ async fn daemon(
     // Peers the PGs this OSD leads once it may serve: members answer only a primary whose
     // lease is current.
     let following = tokio::task::spawn_local(osd.clone().follow_map());
+    let removing_strays = tokio::task::spawn_local(osd.clone().remove_strays());
     let incarnation = liveness.lease().map_or(0, |lease| lease.0);
     let local_path = local.as_ref().map(|local| local.path.as_str()).unwrap_or("none");
     tracing::info!(osd = id, %address, local = local_path, incarnation, data = %config.data_path.display(), "osd serving");
@@ -266,6 +267,7 @@ async fn daemon(
         None => stop.await,
     };
     following.abort();
+    removing_strays.abort();
     if how == Stop::Abort {
         tracing::info!(osd = id, "osd stopping at once");
         return Ok(());

@@ -56,10 +56,11 @@ pub(crate) struct Active {
 }
 
 impl Active {
-    /// Every target member is acting and holds every object. Asked on every write: no
+    /// Every target member is acting, and every acting member (old members that left the
+    /// target included, until the mon drops them) holds every object. Asked on every write: no
     /// allocation.
     pub(crate) fn clean(&self) -> bool {
-        same_members(&self.acting, &self.target)
+        self.target.iter().all(|osd| self.acting.contains(osd))
             && self.unlisted.is_empty()
             && self.missing.values().all(BTreeMap::is_empty)
     }
@@ -304,6 +305,14 @@ mod tests {
         // which lacks this epoch's writes, so the first write records {2}.
         let alone = active(&[2], &[1, 2, 3], History { clean: None, intervals: vec![interval(2, &[1, 2])] });
         assert!(!alone.recorded(4));
+        // Backfill: osd 4 joined the target, osd 3 left it but still serves; complete once osd 4
+        // holds everything, and then its record names all four.
+        let mut backfill = active(&[1, 2, 3, 4], &[1, 2, 4], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
+        assert!(backfill.recorded(2), "the clean set is acting");
+        backfill.missing.insert(4, BTreeMap::from([(ObjectId { inode: 1, stripe: 0 }, 7)]));
+        assert!(!backfill.clean());
+        backfill.missing.clear();
+        assert!(backfill.clean());
         // A clean set that is not all acting does not cover the epoch.
         let partial = active(&[1, 2], &[1, 2, 3], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
         assert!(!partial.recorded(2));

@@ -62,6 +62,8 @@ fn record(id: u32, identity: &Identity, weight: f64) -> OsdRecord {
         tags: identity.tags.clone(),
         weight,
         capacity_bytes: identity.capacity_bytes,
+        out: false,
+        auto_out: false,
     }
 }
 
@@ -118,7 +120,8 @@ pub(crate) async fn allocate_id(store: &dyn MetaStore, identity: &Identity) -> R
 }
 
 /// Creates the record of a known id if it is missing, or updates what the OSD reports about
-/// itself (host, rack, tags, capacity) if it changed; the weight is the admin's and stays.
+/// itself (host, rack, tags, capacity) if it changed; the weight and the out flags are the
+/// admin's and the mon's and stay.
 pub(crate) async fn ensure_record(store: &dyn MetaStore, id: u32, identity: &Identity) -> Result<(), OsdError> {
     let osd_key = keys::osd(id);
     let error = |context: &str| OsdError::meta(format!("{context} {osd_key}"));
@@ -144,7 +147,7 @@ pub(crate) async fn ensure_record(store: &dyn MetaStore, id: u32, identity: &Ide
             }
             Some(kv) => {
                 let current: OsdRecord = decode(&osd_key, &kv.value)?;
-                let wanted = record(id, identity, current.weight);
+                let wanted = OsdRecord { out: current.out, auto_out: current.auto_out, ..record(id, identity, current.weight) };
                 if current == wanted {
                     return Ok(());
                 }

@@ -1,6 +1,7 @@
 //! The subcommands, one module each, named `<noun>_<verb>` after the command line.
 
 pub mod bench;
+pub mod config;
 pub mod dev;
 pub mod engine_bench;
 pub mod engine_fill;
@@ -10,6 +11,7 @@ pub mod engine_verify;
 pub mod mon;
 pub mod nbd;
 pub mod osd_admin;
+pub mod osd_membership;
 pub mod osd_info;
 pub mod osd_init;
 pub mod osd_run;

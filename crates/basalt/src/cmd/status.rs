@@ -35,7 +35,13 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
     println!("osds      {} up of {}", status.osds.up, status.osds.total);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |now| now.as_secs());
     for down in &status.osds_down {
-        println!("          osd.{} down for {} s", down.id, now.saturating_sub(down.since_unix_s));
+        let fate = match (&down.kept_in, down.out_in_s) {
+            _ if down.out => "out: its PGs are rebuilt on other OSDs".to_string(),
+            (Some(reason), _) => format!("kept in: {reason}"),
+            (None, Some(seconds)) => format!("marked out in {seconds} s unless it returns"),
+            (None, None) => String::new(),
+        };
+        println!("          osd.{} down for {} s; {fate}", down.id, now.saturating_sub(down.since_unix_s));
     }
     println!("pools     {}", status.pools);
     println!("volumes   {}", status.volumes);

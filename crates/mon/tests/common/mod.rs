@@ -31,8 +31,6 @@ pub fn config(mon_id: &str) -> MonConfig {
     config.lease_ttl = Duration::from_secs(2);
     config.keep_alive_interval = Duration::from_millis(300);
     config.liveness_grace = Duration::ZERO;
-    // These tests check how tables follow OSD changes; the default keeps tables fixed.
-    config.remap_on_osd_change = true;
     config
 }
 
@@ -66,6 +64,8 @@ pub async fn put_osd(store: &dyn MetaStore, id: u32, host: &str, rack: &str, tag
         tags: tags.iter().map(|tag| tag.to_string()).collect::<BTreeSet<_>>(),
         weight: 1.0,
         capacity_bytes: 1 << 40,
+        out: false,
+        auto_out: false,
     };
     store.put(&keys::osd(id), encode(&record), None).await.expect("put an osd record");
 }

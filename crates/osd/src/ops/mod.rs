@@ -13,6 +13,7 @@ mod peering;
 mod primary;
 mod recovery;
 mod secondary;
+mod stray;
 
 use std::cell::Cell;
 use std::rc::Rc;

@@ -179,6 +179,14 @@ impl Osd {
             tracing::warn!(osd = self.id, pg = %pg, ?bad, "a member's list was set aside");
         }
 
+        // Copies that count for nothing go first, so no copy lands on top of one.
+        for (&member, stale) in &plan.discard {
+            tracing::info!(osd = self.id, pg = %pg, member, objects = stale.len(), "discarding copies outside every required set");
+            for &(object, held) in stale {
+                self.still_current(state)?;
+                self.discard(pg, state.epoch, member, &map, object, held).await?;
+            }
+        }
         // Itself first, from whoever holds each object's newest version, then the members that
         // must be complete before the PG serves.
         for need in plan.needs.get(&self.id).into_iter().flatten() {

@@ -92,6 +92,34 @@ impl Osd {
         }
     }
 
+    /// Deletes `member`'s copy of `object`, held at version `held`, with a version just above it:
+    /// below any version a later epoch mints, so the object's next write is accepted.
+    pub(super) async fn discard(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        member: u32,
+        map: &cluster::ClusterMap,
+        object: ObjectId,
+        held: u64,
+    ) -> Result<(), String> {
+        let version = held + 1;
+        if member == self.id {
+            let _object = self.locks.write(object).await;
+            return match self.engine.submit(EngineRequest::DeleteVersioned { object, version }).await {
+                Ok(_) | Err(EngineError::StaleVersion { .. }) => Ok(()),
+                Err(error) => Err(format!("discarding {object}: {error}")),
+            };
+        }
+        let address = map.address(member).ok_or_else(|| format!("osd.{member} went down"))?;
+        let reply = self.peers.call(member, address, epoch, Request::SecDelete { pg, object, version }).await?;
+        match reply.response {
+            Response::SecDelete
+            | Response::Failed { status: wire::Status::NoSuchObject, opcode: Opcode::SecDelete } => Ok(()),
+            other => Err(format!("osd.{member} answered the discard of {object} with {other:?}")),
+        }
+    }
+
     /// Before a write to `object`: copies it to every member that still lacks it. The caller
     /// holds the object's write queue.
     pub(super) async fn push_before_write(&self, state: &Rc<Pg>, object: ObjectId) -> Result<(), OpError> {

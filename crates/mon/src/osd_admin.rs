@@ -1,0 +1,192 @@
+//! The administrative writes on OSD records (out, in, reweight and removal) and on the
+//! cluster's settings (`docs/design/backfill.md`). Each is one compare-and-swap transaction on
+//! the record; the leader's next table moves the PGs.
+
+use std::collections::BTreeSet;
+
+use cluster::records::{decode, encode};
+use cluster::{keys, ClusterMap, OsdRecord, PgHistoryRecord, SettingsRecord};
+use meta::{Compare, CompareOp, MetaStore, Txn, TxnOp};
+
+use crate::admin::AdminError;
+use crate::views::SettingsChange;
+
+/// The largest weight `reweight` accepts: the weight scales the drive's capacity.
+pub const WEIGHT_MAX: f64 = 100.0;
+const CAS_ATTEMPTS_MAX: usize = 16;
+
+/// Reads `/basalt/osd/<id>`, lets `change` edit it and writes it back if it changed, with
+/// `fence` and the record's revision compared. Returns the record as stored, or `None` when
+/// `fence` failed.
+pub(crate) async fn update_osd(
+    store: &dyn MetaStore,
+    id: u32,
+    fence: Option<Compare>,
+    change: impl Fn(&mut OsdRecord) -> Result<(), AdminError>,
+) -> Result<Option<OsdRecord>, AdminError> {
+    let key = keys::osd(id);
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        let Some(kv) = store.get(&key).await? else {
+            return Err(AdminError::NotFound(format!("osd.{id} does not exist")));
+        };
+        let current: OsdRecord = decode(&key, &kv.value)?;
+        let mut record = current.clone();
+        change(&mut record)?;
+        if record == current {
+            return Ok(Some(record));
+        }
+        let mut compares = vec![Compare::mod_revision(&key, CompareOp::Equal, kv.mod_revision)];
+        compares.extend(fence.clone());
+        let txn = Txn { compares, success: vec![TxnOp::put(&key, encode(&record), None)], failure: vec![] };
+        if store.txn(txn).await?.succeeded {
+            return Ok(Some(record));
+        }
+        // Either the record moved (retry) or the fence failed (the caller stops).
+        if let Some(fence) = &fence {
+            let fenced = Txn { compares: vec![fence.clone()], success: vec![], failure: vec![] };
+            if !store.txn(fenced).await?.succeeded {
+                return Ok(None);
+            }
+        }
+    }
+    Err(AdminError::Contended(format!("{key} kept changing")))
+}
+
+/// `basalt osd out`: placement gives the OSD no PGs; it serves its PGs until they are clean
+/// without it.
+pub async fn mark_out(store: &dyn MetaStore, id: u32) -> Result<OsdRecord, AdminError> {
+    let record = update_osd(store, id, None, |osd| {
+        osd.out = true;
+        osd.auto_out = false;
+        Ok(())
+    });
+    Ok(record.await?.expect("no fence"))
+}
+
+/// `basalt osd in`: the OSD takes its share of PGs again.
+pub async fn mark_in(store: &dyn MetaStore, id: u32) -> Result<OsdRecord, AdminError> {
+    let record = update_osd(store, id, None, |osd| {
+        osd.out = false;
+        osd.auto_out = false;
+        Ok(())
+    });
+    Ok(record.await?.expect("no fence"))
+}
+
+/// `basalt osd reweight`: the OSD's share of PGs, relative to its capacity (1.0 by default).
+pub async fn reweight(store: &dyn MetaStore, id: u32, weight: f64) -> Result<OsdRecord, AdminError> {
+    if !(weight.is_finite() && (0.0..=WEIGHT_MAX).contains(&weight)) {
+        return Err(AdminError::Invalid(format!("weight {weight} is not between 0 and {WEIGHT_MAX}")));
+    }
+    let record = update_osd(store, id, None, |osd| {
+        osd.weight = weight;
+        Ok(())
+    });
+    Ok(record.await?.expect("no fence"))
+}
+
+/// `basalt osd rm`: forgets an OSD. Refused while it is up, while any PG still names it in its
+/// acting or target set, or while it may hold the only up-to-date copy of a PG (it is in a set
+/// the PG's history requires and no other member of that set is up), unless `force`.
+pub async fn remove(store: &dyn MetaStore, map: &ClusterMap, id: u32, force: bool) -> Result<OsdRecord, AdminError> {
+    let key = keys::osd(id);
+    let Some(kv) = store.get(&key).await? else {
+        return Err(AdminError::NotFound(format!("osd.{id} does not exist")));
+    };
+    let record: OsdRecord = decode(&key, &kv.value)?;
+    if !force {
+        if map.live.contains_key(&id) {
+            return Err(AdminError::Conflict(format!("osd.{id} is up; stop it first (or pass --force)")));
+        }
+        let members = member_pgs(map, id);
+        let only_copy = only_copy_pgs(store, map, id).await?;
+        if !members.is_empty() || !only_copy.is_empty() {
+            return Err(AdminError::Conflict(format!(
+                "osd.{id} is still a member of {} PGs and may hold the only up-to-date copy of {} PGs; \
+                 mark it out (basalt osd out {id}), wait until its PGs are clean without it, then remove it \
+                 (or pass --force to lose what only it holds)",
+                members.len(),
+                only_copy.len()
+            )));
+        }
+    }
+    let txn = Txn {
+        compares: vec![Compare::mod_revision(&key, CompareOp::Equal, kv.mod_revision)],
+        success: vec![TxnOp::delete(&key), TxnOp::delete(keys::osd_live(id))],
+        failure: vec![],
+    };
+    if !store.txn(txn).await?.succeeded {
+        return Err(AdminError::Contended(format!("{key} changed while it was removed; try again")));
+    }
+    tracing::warn!(osd = id, force, "removed an osd");
+    Ok(record)
+}
+
+/// The PGs (`(pool, pg)`) whose acting or target set names `id`.
+fn member_pgs(map: &ClusterMap, id: u32) -> BTreeSet<(u32, usize)> {
+    let mut pgs = BTreeSet::new();
+    for (&pool, table) in &map.pg_tables {
+        for (pg, (_, acting)) in table.pgs.iter().enumerate() {
+            if acting.contains(&id) || table.target(pg).contains(&id) {
+                pgs.insert((pool, pg));
+            }
+        }
+    }
+    pgs
+}
+
+/// The PGs whose history requires a set with `id` in it and no other member up.
+async fn only_copy_pgs(store: &dyn MetaStore, map: &ClusterMap, id: u32) -> Result<BTreeSet<String>, AdminError> {
+    let mut pgs = BTreeSet::new();
+    for kv in store.list(keys::PG_HISTORY_PREFIX).await? {
+        let Ok(record) = decode::<PgHistoryRecord>(&kv.key, &kv.value) else { continue };
+        let only_here = record.history.required().any(|set| {
+            set.members.contains(&id) && set.members.iter().all(|&osd| osd == id || !map.live.contains_key(&osd))
+        });
+        if only_here {
+            pgs.insert(kv.key);
+        }
+    }
+    Ok(pgs)
+}
+
+/// The longest `down_out_interval_s` accepted: a week.
+pub const DOWN_OUT_INTERVAL_MAX_S: u64 = 7 * 24 * 3600;
+
+/// The cluster's settings (defaults where the store has none).
+pub async fn settings(store: &dyn MetaStore) -> Result<SettingsRecord, AdminError> {
+    match store.get(keys::SETTINGS).await? {
+        Some(kv) => Ok(decode(keys::SETTINGS, &kv.value)?),
+        None => Ok(SettingsRecord::default()),
+    }
+}
+
+/// `basalt config set`: changes the given settings; OSDs and the mon follow at once.
+pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> Result<SettingsRecord, AdminError> {
+    if let Some(interval) = change.down_out_interval_s.filter(|&interval| interval > DOWN_OUT_INTERVAL_MAX_S) {
+        return Err(AdminError::Invalid(format!(
+            "down_out_interval_s {interval} is more than {DOWN_OUT_INTERVAL_MAX_S} (a week)"
+        )));
+    }
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        let kv = store.get(keys::SETTINGS).await?;
+        let mut record = match &kv {
+            Some(kv) => decode(keys::SETTINGS, &kv.value)?,
+            None => SettingsRecord::default(),
+        };
+        if let Some(interval) = change.down_out_interval_s {
+            record.down_out_interval_s = interval;
+        }
+        let revision = kv.as_ref().map_or(0, |kv| kv.mod_revision);
+        let txn = Txn {
+            compares: vec![Compare::mod_revision(keys::SETTINGS, CompareOp::Equal, revision)],
+            success: vec![TxnOp::put(keys::SETTINGS, encode(&record), None)],
+            failure: vec![],
+        };
+        if store.txn(txn).await?.succeeded {
+            tracing::info!(?change, "changed the cluster settings");
+            return Ok(record);
+        }
+    }
+    Err(AdminError::Contended(format!("{} kept changing", keys::SETTINGS)))
+}

@@ -1,0 +1,82 @@
+//! Removing stray copies (`docs/design/backfill.md`): objects this OSD holds of PGs it is no
+//! longer a member of, once the PG's history shows it clean without this OSD (so no peering
+//! will ever ask for them). Old members of a backfilled PG, and OSDs that were out, free
+//! their space this way.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use cluster::{object_pg, ClusterMap, VolumeRecord};
+use engine::{EngineError, ObjectId, Request as EngineRequest};
+use wire::PgId;
+
+use super::Osd;
+use crate::pg_history;
+
+/// How often the OSD looks for stray copies.
+const STRAY_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+impl Osd {
+    /// Looks for stray copies every few seconds for as long as the OSD runs.
+    pub(crate) async fn remove_strays(self: Rc<Self>) {
+        loop {
+            tokio::time::sleep(STRAY_CHECK_INTERVAL).await;
+            let map = self.map.borrow().clone();
+            for (pg, objects) in self.strays(&map) {
+                if let Err(reason) = self.remove_stray_pg(pg, objects).await {
+                    tracing::warn!(osd = self.id, pg = %pg, %reason, "cannot remove stray copies");
+                }
+            }
+        }
+    }
+
+    /// This OSD's objects of the PGs whose acting and target sets do not name it, by PG.
+    fn strays(&self, map: &ClusterMap) -> BTreeMap<PgId, Vec<(ObjectId, u64)>> {
+        let mut strays: BTreeMap<PgId, Vec<(ObjectId, u64)>> = BTreeMap::new();
+        for (object, version) in self.engine.with(|engine| engine.list_objects()) {
+            let pool = VolumeRecord::pool_of(object.inode);
+            // Objects of a pool that is gone are the volume reaper's.
+            let (Some(record), Some(table)) = (map.pools.get(&pool), map.pg_tables.get(&pool)) else { continue };
+            let pg = object_pg(object.inode, object.stripe, record.pg_count);
+            if self.is_member(map, PgId { pool, pg }) || table.pgs.len() != record.pg_count as usize {
+                continue;
+            }
+            strays.entry(PgId { pool, pg }).or_default().push((object, version));
+        }
+        strays
+    }
+
+    fn is_member(&self, map: &ClusterMap, pg: PgId) -> bool {
+        let Some(table) = map.pg_tables.get(&pg.pool) else { return false };
+        let acting = table.pgs.get(pg.pg as usize).is_some_and(|(_, acting)| acting.contains(&self.id));
+        acting || table.target(pg.pg as usize).contains(&self.id)
+    }
+
+    /// Deletes this OSD's copies of `pg` if its history is clean without this OSD.
+    async fn remove_stray_pg(&self, pg: PgId, objects: Vec<(ObjectId, u64)>) -> Result<(), String> {
+        let (history, _) = pg_history::read(self.store.as_ref(), pg).await?;
+        let needed = history.required().any(|set| set.members.contains(&self.id));
+        if history.clean.is_none() || needed {
+            return Ok(());
+        }
+        // The map may have made this OSD a member again while the history was read.
+        if self.is_member(&self.map.borrow().clone(), pg) {
+            return Ok(());
+        }
+        tracing::info!(osd = self.id, pg = %pg, objects = objects.len(), "removing stray copies");
+        for (object, held) in objects {
+            if self.is_member(&self.map.borrow().clone(), pg) {
+                return Ok(());
+            }
+            let _object = self.locks.write(object).await;
+            // Just above the held version: below any version a later epoch mints, so a later
+            // copy to this OSD is accepted.
+            match self.engine.submit(EngineRequest::DeleteVersioned { object, version: held + 1 }).await {
+                Ok(_) | Err(EngineError::StaleVersion { .. }) => {}
+                Err(error) => return Err(format!("deleting {object}: {error}")),
+            }
+        }
+        Ok(())
+    }
+}
