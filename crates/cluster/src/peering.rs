@@ -146,8 +146,9 @@ pub fn plan(inputs: &Inputs<'_>) -> Decision {
     // Only members of a set the history requires know every acknowledged write; another
     // member (one that joined the PG for backfill, or returned after the PG was clean without
     // it) may hold copies the PG has since deleted or never acknowledged, so its copies count
-    // for nothing, and those that differ from the newest are discarded. A PG with no history
-    // has acknowledged nothing: every member counts.
+    // for nothing, and those that differ from the newest are discarded. A PG without history
+    // has only ever had its first acting set (its primary records the PG clean when it first
+    // activates, before any member changes): every member counts.
     let trusted = |osd: &u32| {
         let mut required = inputs.history.required().peekable();
         required.peek().is_none() || required.any(|interval| interval.members.contains(osd))

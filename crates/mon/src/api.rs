@@ -213,14 +213,15 @@ async fn list_pgs(
 }
 
 /// The states `GET /pgs?state=` filters by: `active` and `degraded` as the summary counts them.
-const PG_STATES: [&str; 8] =
-    ["active", "clean", "degraded", "recovering", "peering", "inactive", "unknown", "undersized"];
+const PG_STATES: [&str; 9] =
+    ["active", "clean", "degraded", "recovering", "peering", "inactive", "unknown", "undersized", "misplaced"];
 
 fn matches_state(pg: &views::PgView, state: &str) -> bool {
     match state {
         "active" => pg.is_active(),
         "degraded" => pg.is_active() && pg.is_undersized(),
         "undersized" => pg.is_undersized(),
+        "misplaced" => pg.is_misplaced(),
         other => pg.state == other,
     }
 }

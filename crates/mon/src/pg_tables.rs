@@ -12,15 +12,15 @@
 //! - An OSD is up when its liveness key exists. While the mon is in its liveness grace (one
 //!   OSD lease TTL after it started), an OSD without a liveness key that is a member of the
 //!   stored table still counts as up, so a restarted store does not reshuffle every PG.
-//! - A PG's *acting set* is its target set's up OSDs, in target order, followed by the up
-//!   members of its previous acting set that left the target (*old members*): they keep
-//!   serving, and the new members receive every object in the background (backfill). Old
+//! - A PG's *acting set* is the up members of its previous acting set, in their order, then
+//!   the other up members of its target set: members that left the target (*old members*)
+//!   keep serving, and the new members receive every object in the background (backfill). Old
 //!   members leave once the PG was complete at its stored epoch (every acting member held
 //!   every object, as its history records) and the target is part of that set.
 //! - The primary is the previous primary while it is acting (a primary changes only once its
 //!   OSD is down or has left the PG after backfill, so a deposed primary has stopped
 //!   acknowledging or is refused by every member's epoch check); otherwise the first acting
-//!   member, in target order, that was acting before.
+//!   member in the target set that was acting before.
 //! - A PG's epoch grows by one when its acting set changes (a new primary is a change); new PGs
 //!   start at epoch 1; `table_epoch` grows with every write; an unchanged table is not written.
 
@@ -142,19 +142,19 @@ fn place(pool: &PoolRecord, osds: &[OsdInfo], previous: Option<&PgTableRecord>) 
     Ok(table.pgs.iter().map(|members| members.iter().map(|osd| osd.0).collect()).collect())
 }
 
-/// The acting set of a PG: the up members of `target` in its order, then, unless `done`, the
-/// up members of `previous` outside it; the previous primary first while it is acting, else
-/// the first acting member that was acting before.
+/// The acting set of a PG: the up members of `previous` in its order (only those in `target`
+/// when `done`), then the other up members of `target` in its order; the previous primary
+/// first while it is acting, else the first of them that is in `target`. Keeping the previous
+/// order keeps the epoch when only the target changed.
 fn acting_set(target: &[u32], up: &BTreeSet<u32>, previous: Option<&[u32]>, done: bool) -> Vec<u32> {
     let previous = previous.unwrap_or(&[]);
-    let mut acting: Vec<u32> = target.iter().copied().filter(|osd| up.contains(osd)).collect();
-    if !done {
-        acting.extend(previous.iter().copied().filter(|osd| up.contains(osd) && !target.contains(osd)));
-    }
+    let mut acting: Vec<u32> =
+        previous.iter().copied().filter(|osd| up.contains(osd) && (!done || target.contains(osd))).collect();
+    acting.extend(target.iter().copied().filter(|osd| up.contains(osd) && !previous.contains(osd)));
     let primary = previous
         .first()
         .filter(|primary| acting.contains(primary))
-        .or_else(|| acting.iter().find(|osd| previous.contains(osd)))
+        .or_else(|| acting.iter().find(|osd| target.contains(osd) && previous.contains(osd)))
         .copied();
     if let Some(position) = primary.and_then(|primary| acting.iter().position(|&osd| osd == primary)) {
         let primary = acting.remove(position);

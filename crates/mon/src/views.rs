@@ -35,7 +35,9 @@ pub struct ClusterView {
 /// every object; `degraded`: active with fewer acting members than its target set;
 /// `recovering`: active while members catch up; `peering`: its primary is bringing it up;
 /// `inactive`: not serving (fewer than `min_size` members up, a recorded set unreachable, no
-/// table yet); `unknown`: its primary did not answer the mon in time.
+/// table yet); `unknown`: its primary did not answer the mon in time. `misplaced` counts the
+/// PGs whose acting set still has members outside their target set (backfill under way, or
+/// complete and waiting for the mon to drop the old members), whatever their state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgSummary {
     pub total: u64,
@@ -50,6 +52,8 @@ pub struct PgSummary {
     pub inactive: u64,
     #[serde(default)]
     pub unknown: u64,
+    #[serde(default)]
+    pub misplaced: u64,
 }
 
 impl PgSummary {
@@ -60,6 +64,9 @@ impl PgSummary {
             if pg.is_undersized() {
                 self.degraded += 1;
             }
+        }
+        if pg.is_misplaced() {
+            self.misplaced += 1;
         }
         match pg.state.as_str() {
             "clean" => self.clean += 1,
@@ -98,9 +105,14 @@ impl PgView {
         matches!(self.state.as_str(), "clean" | "degraded" | "recovering")
     }
 
-    /// Fewer acting members than target ones.
+    /// Some target member is not acting.
     pub fn is_undersized(&self) -> bool {
-        self.acting.len() < self.target.len()
+        self.target.iter().any(|osd| !self.acting.contains(osd))
+    }
+
+    /// Some acting member is outside the target set: an old member serving until backfill is done.
+    pub fn is_misplaced(&self) -> bool {
+        self.acting.iter().any(|osd| !self.target.contains(osd))
     }
 }
 

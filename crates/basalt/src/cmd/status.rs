@@ -61,6 +61,9 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
             String::new()
         }
     );
+    if pgs.misplaced > 0 {
+        println!("          {} misplaced (moving to their new OSDs; old members serve until done)", pgs.misplaced);
+    }
     let recovery = &status.recovery;
     if recovery.objects_left > 0 {
         let rate = match (recovery.bytes_per_s, recovery.seconds_left) {

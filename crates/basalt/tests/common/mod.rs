@@ -3,6 +3,8 @@
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;

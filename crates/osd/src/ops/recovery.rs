@@ -263,8 +263,10 @@ impl Osd {
         let pg = state.id;
         let _recording = state.recording.lock().await;
         let Some((history, revision, needed)) = state.with_active(|active| {
+            // A PG's first clean record is written too: from then on its history always names
+            // the members that hold its writes, which is what lets peering tell them from others.
             let needed = !active.history.intervals.is_empty()
-                || active.history.clean.as_ref().is_some_and(|clean| !same_members(&clean.members, &active.acting));
+                || active.history.clean.as_ref().is_none_or(|clean| !same_members(&clean.members, &active.acting));
             let clean = Interval { epoch: state.epoch, members: active.acting.clone() };
             (History { clean: Some(clean), intervals: Vec::new() }, active.history_revision, needed)
         }) else {
