@@ -208,11 +208,29 @@ pub struct SettingsRecord {
     /// How long an OSD may stay down before the mon marks it out and its PGs are rebuilt
     /// elsewhere.
     pub down_out_interval_s: u64,
+    /// Each OSD's recovery, backfill and scrub rate while its clients are idle.
+    pub recovery_bytes_per_s_max: u64,
+    /// The rate they never go below, however busy the clients.
+    pub recovery_bytes_per_s_min: u64,
+    /// How far clients' mean latency may rise over its recent best before recovery backs off.
+    pub recovery_latency_ratio_percent: u32,
+    /// Copies one OSD makes at once.
+    pub recovery_in_flight_max: u32,
+    /// How often every PG is scrubbed.
+    pub scrub_interval_s: u64,
 }
 
 impl Default for SettingsRecord {
     fn default() -> SettingsRecord {
-        SettingsRecord { version: FORMAT_VERSION, down_out_interval_s: 600 }
+        SettingsRecord {
+            version: FORMAT_VERSION,
+            down_out_interval_s: 600,
+            recovery_bytes_per_s_max: 2 << 30,
+            recovery_bytes_per_s_min: 8 << 20,
+            recovery_latency_ratio_percent: 150,
+            recovery_in_flight_max: 8,
+            scrub_interval_s: 7 * 24 * 3600,
+        }
     }
 }
 

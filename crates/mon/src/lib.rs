@@ -113,7 +113,7 @@ pub(crate) struct Shared {
     pub started: tokio::time::Instant,
     /// When this mon first saw each registered OSD without a liveness key.
     pub down: std::sync::Mutex<BTreeMap<u32, std::time::SystemTime>>,
-    /// The recovery backlog at the previous status, for its rate.
+    /// When the recovery backlog was last at its largest, and how large, for its rate.
     pub recovery_sample: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
     /// The OSDs of this process, if it runs any (`Mon::serve_local_osds`).
     pub local_osds: std::sync::OnceLock<Arc<dyn LocalOsds>>,
@@ -150,17 +150,22 @@ impl Shared {
             .collect()
     }
 
-    /// The recovery backlog, with its rate since the previous call.
+    /// The recovery backlog, with its mean rate since it was last at its largest: over the
+    /// whole of a recovery, not the last few seconds, so the time left stays steady.
     pub(crate) fn recovery(&self, pgs: &[views::PgView], object_size_bytes: u32) -> views::RecoveryView {
         let objects_left: u64 = pgs.iter().map(|pg| pg.objects_left).sum();
         let bytes_left = objects_left * u64::from(object_size_bytes);
         let now = std::time::Instant::now();
-        let mut sample = self.recovery_sample.lock().expect("the recovery sample is never poisoned");
-        let bytes_per_s = sample.and_then(|(at, before)| {
+        let mut peak = self.recovery_sample.lock().expect("the recovery sample is never poisoned");
+        match *peak {
+            _ if bytes_left == 0 => *peak = None,
+            Some((_, largest)) if largest >= bytes_left => {}
+            _ => *peak = Some((now, bytes_left)),
+        }
+        let bytes_per_s = peak.and_then(|(at, largest)| {
             let seconds = now.duration_since(at).as_secs_f64();
-            (before > bytes_left && seconds > 0.0).then(|| (before - bytes_left) as f64 / seconds)
+            (largest > bytes_left && seconds >= 1.0).then(|| (largest - bytes_left) as f64 / seconds)
         });
-        *sample = Some((now, bytes_left));
         views::RecoveryView {
             objects_left,
             bytes_left,

@@ -161,22 +161,45 @@ pub async fn settings(store: &dyn MetaStore) -> Result<SettingsRecord, AdminErro
     }
 }
 
+/// The range each setting accepts.
+fn check(name: &str, value: Option<u64>, min: u64, max: u64) -> Result<(), AdminError> {
+    match value {
+        Some(value) if !(min..=max).contains(&value) => {
+            Err(AdminError::Invalid(format!("{name} {value} is not between {min} and {max}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `basalt config set`: changes the given settings; OSDs and the mon follow at once.
 pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> Result<SettingsRecord, AdminError> {
-    if let Some(interval) = change.down_out_interval_s.filter(|&interval| interval > DOWN_OUT_INTERVAL_MAX_S) {
-        return Err(AdminError::Invalid(format!(
-            "down_out_interval_s {interval} is more than {DOWN_OUT_INTERVAL_MAX_S} (a week)"
-        )));
-    }
+    check("down_out_interval_s", change.down_out_interval_s, 0, DOWN_OUT_INTERVAL_MAX_S)?;
+    check("recovery_bytes_per_s_max", change.recovery_bytes_per_s_max, 1 << 20, 1 << 40)?;
+    check("recovery_bytes_per_s_min", change.recovery_bytes_per_s_min, 1 << 16, 1 << 40)?;
+    check("recovery_latency_ratio_percent", change.recovery_latency_ratio_percent.map(u64::from), 100, 10_000)?;
+    check("recovery_in_flight_max", change.recovery_in_flight_max.map(u64::from), 1, 256)?;
+    check("scrub_interval_s", change.scrub_interval_s, 60, 365 * 24 * 3600)?;
     for _ in 0..CAS_ATTEMPTS_MAX {
         let kv = store.get(keys::SETTINGS).await?;
         let mut record = match &kv {
             Some(kv) => decode(keys::SETTINGS, &kv.value)?,
             None => SettingsRecord::default(),
         };
-        if let Some(interval) = change.down_out_interval_s {
-            record.down_out_interval_s = interval;
-        }
+        let SettingsChange {
+            down_out_interval_s,
+            recovery_bytes_per_s_max,
+            recovery_bytes_per_s_min,
+            recovery_latency_ratio_percent,
+            recovery_in_flight_max,
+            scrub_interval_s,
+        } = change.clone();
+        record.down_out_interval_s = down_out_interval_s.unwrap_or(record.down_out_interval_s);
+        record.recovery_bytes_per_s_max = recovery_bytes_per_s_max.unwrap_or(record.recovery_bytes_per_s_max);
+        record.recovery_bytes_per_s_min = recovery_bytes_per_s_min.unwrap_or(record.recovery_bytes_per_s_min);
+        record.recovery_latency_ratio_percent =
+            recovery_latency_ratio_percent.unwrap_or(record.recovery_latency_ratio_percent);
+        record.recovery_in_flight_max = recovery_in_flight_max.unwrap_or(record.recovery_in_flight_max);
+        record.scrub_interval_s = scrub_interval_s.unwrap_or(record.scrub_interval_s);
         let revision = kv.as_ref().map_or(0, |kv| kv.mod_revision);
         let txn = Txn {
             compares: vec![Compare::mod_revision(keys::SETTINGS, CompareOp::Equal, revision)],

@@ -259,6 +259,11 @@ pub struct OsdView {
 #[serde(deny_unknown_fields)]
 pub struct SettingsChange {
     pub down_out_interval_s: Option<u64>,
+    pub recovery_bytes_per_s_max: Option<u64>,
+    pub recovery_bytes_per_s_min: Option<u64>,
+    pub recovery_latency_ratio_percent: Option<u32>,
+    pub recovery_in_flight_max: Option<u32>,
+    pub scrub_interval_s: Option<u64>,
 }
 
 /// `POST /osds/{id}/reweight`.

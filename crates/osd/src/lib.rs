@@ -21,6 +21,7 @@ mod error;
 pub mod limits;
 mod liveness;
 mod locks;
+mod pacer;
 mod ops;
 mod peers;
 mod pg_history;
@@ -257,6 +258,7 @@ async fn daemon(
     // lease is current.
     let following = tokio::task::spawn_local(osd.clone().follow_map());
     let removing_strays = tokio::task::spawn_local(osd.clone().remove_strays());
+    let pacing = tokio::task::spawn_local(osd.clone().pace());
     let incarnation = liveness.lease().map_or(0, |lease| lease.0);
     let local_path = local.as_ref().map(|local| local.path.as_str()).unwrap_or("none");
     tracing::info!(osd = id, %address, local = local_path, incarnation, data = %config.data_path.display(), "osd serving");
@@ -268,6 +270,7 @@ async fn daemon(
     };
     following.abort();
     removing_strays.abort();
+    pacing.abort();
     if how == Stop::Abort {
         tracing::info!(osd = id, "osd stopping at once");
         return Ok(());

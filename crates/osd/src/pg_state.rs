@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 use wire::{PgId, PgReport, PgStateCode};
 
 use crate::ops::OpError;
+use crate::pacer::Priority;
 
 /// One PG at one epoch, as its primary sees it.
 pub(crate) struct Pg {
@@ -80,6 +81,23 @@ impl Active {
         let mut history = self.history.clone();
         history.intervals.push(Interval { epoch, members: self.acting.clone() });
         history
+    }
+
+    /// How urgent this PG's copies are: by how many acting members hold everything, against
+    /// `min_size` and the target's size.
+    pub(crate) fn priority(&self, min_size: u8) -> Priority {
+        let complete = self
+            .acting
+            .iter()
+            .filter(|osd| !self.unlisted.contains(osd) && self.missing.get(osd).is_none_or(BTreeMap::is_empty))
+            .count();
+        if complete <= usize::from(min_size) {
+            Priority::AtMinSize
+        } else if complete < self.target.len() {
+            Priority::Degraded
+        } else {
+            Priority::Misplaced
+        }
     }
 
     /// The members that still need `object`.

@@ -33,6 +33,7 @@ use self::primary::Mutation;
 use crate::engine_io::EngineIo;
 use crate::liveness::Liveness;
 use crate::locks::ObjectLocks;
+use crate::pacer::Pacer;
 use crate::peers::Peers;
 use crate::pg_state::PgStates;
 
@@ -151,6 +152,8 @@ pub(crate) struct Osd {
     ops_in_flight: Cell<usize>,
     ops_idle: Notify,
     stopping: Cell<bool>,
+    /// Paces recovery, backfill and scrub against client ops (`pacer.rs`).
+    pub(crate) pacer: Pacer,
 }
 
 /// Counts an op in flight, for the shutdown's wait.
@@ -179,6 +182,7 @@ impl Osd {
         epoch_wait: Duration,
     ) -> Osd {
         let object_size_bytes = engine.with(|engine| engine.object_size_bytes());
+        let pacer = Pacer::new(map.borrow().settings.clone());
         Osd {
             id,
             engine,
@@ -195,6 +199,25 @@ impl Osd {
             ops_in_flight: Cell::new(0),
             ops_idle: Notify::new(),
             stopping: Cell::new(false),
+            pacer,
+        }
+    }
+
+    /// Sets the pace of background copies every tick, for as long as the OSD runs.
+    pub(crate) async fn pace(self: Rc<Self>) {
+        let mut tick = tokio::time::interval(crate::pacer::TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut logged = (tokio::time::Instant::now(), 0);
+        loop {
+            tick.tick().await;
+            let settings = self.map.borrow().settings.clone();
+            self.pacer.tick(&settings);
+            let (rate, granted) = self.pacer.figures();
+            if logged.0.elapsed() >= Duration::from_secs(10) && granted != logged.1 {
+                let copied = granted - logged.1;
+                tracing::info!(osd = self.id, rate_bytes_per_s = rate, copied_bytes = copied, "background copies paced");
+                logged = (tokio::time::Instant::now(), granted);
+            }
         }
     }
 
@@ -228,6 +251,7 @@ impl Osd {
         };
         let opcode = request.opcode();
         let pg = request.pg();
+        let started = tokio::time::Instant::now();
         self.ops_in_flight.set(self.ops_in_flight.get() + 1);
         let _op = OpGuard { osd: self };
         self.engine.note_activity();
@@ -238,6 +262,9 @@ impl Osd {
         };
         let epoch = pg.map_or(0, |pg| self.current_epoch(pg));
         self.engine.note_activity();
+        if result.is_ok() && matches!(opcode, Opcode::Read | Opcode::Write | Opcode::WriteZeroes | Opcode::Trim) {
+            self.pacer.client_op(started.elapsed());
+        }
         match result {
             Ok(response) => Frame::response(request_id, epoch, response),
             Err(error) => {

@@ -245,6 +245,9 @@ impl Osd {
                 });
             }
             Some(object) => {
+                let min_size = map.pools.get(&pg.pool).map_or(1, |pool| pool.min_size);
+                let priority = state.with_active(|active| active.priority(min_size)).ok_or("the pg is not active")?;
+                let _permit = self.pacer.admit(priority, u64::from(self.object_size_bytes)).await;
                 let _object = self.locks.write(object).await;
                 // A client's write may have copied it meanwhile.
                 let still_missing = state.with_active(|active| active.missing_object(object).contains(&member));

@@ -1,0 +1,314 @@
+//! Pacing the copies recovery, backfill and scrub make against this OSD's client I/O
+//! (`docs/design/backfill.md`, "Pacing").
+//!
+//! Every background copy asks for a [`Permit`] with its priority and size. Permits go out in
+//! priority order (FIFO among equals, so every PG waiting gets its turn and every drive
+//! works), at most `recovery_in_flight_max` at once, and at a byte rate a controller sets every
+//! [`TICK`]:
+//! - no client op in the last tick: the rate is `recovery_bytes_per_s_max` (idle clients get
+//!   full-speed recovery);
+//! - the mean latency of the tick's client ops above `recovery_latency_ratio_percent` of the
+//!   best tick of the last [`BASELINE_WINDOW`]: the rate falls by a third;
+//! - otherwise it grows by a twentieth of the maximum;
+//! - never below `recovery_bytes_per_s_min`: recovery slows, it never stops.
+//!
+//! Client ops are the reads and writes this OSD serves as a primary, timed from admission to
+//! reply. The settings come from the cluster map, so `basalt config set` changes them live.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
+
+use cluster::SettingsRecord;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// How often the controller sets the rate.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// The span whose best tick is the client latency without interference.
+const BASELINE_WINDOW: Duration = Duration::from_secs(30);
+
+/// What a copy is for, most urgent first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Priority {
+    /// Objects of a PG whose complete members are down to `min_size`: one more loss and it
+    /// stops serving.
+    AtMinSize,
+    /// Objects with fewer complete copies than the pool's size.
+    Degraded,
+    /// Objects every target member does not hold yet, with enough copies on old members.
+    Misplaced,
+    /// Scrub's reads.
+    Scrub,
+}
+
+#[derive(Debug)]
+struct State {
+    rate_bytes_per_s: f64,
+    /// Bytes that may go out now; negative after a large copy (a debt paid by waiting).
+    tokens: f64,
+    refilled_at: Instant,
+    in_flight: usize,
+    waiting: BTreeSet<(Priority, u64)>,
+    next_ticket: u64,
+    tick_ops: u64,
+    tick_latency: Duration,
+    /// Mean client latency of recent ticks that had client ops.
+    recent: VecDeque<(Instant, Duration)>,
+    settings: SettingsRecord,
+    /// Bytes granted since the OSD started.
+    granted_bytes: u64,
+}
+
+pub(crate) struct Pacer {
+    state: RefCell<State>,
+    changed: Notify,
+}
+
+/// One admitted copy; the slot is free again when it drops.
+pub(crate) struct Permit<'a> {
+    pacer: &'a Pacer,
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        self.pacer.state.borrow_mut().in_flight -= 1;
+        self.pacer.changed.notify_waiters();
+    }
+}
+
+/// A place in the queue, given up if the waiting copy is dropped.
+struct Waiting<'a> {
+    pacer: &'a Pacer,
+    key: (Priority, u64),
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.pacer.state.borrow_mut().waiting.remove(&self.key);
+        self.pacer.changed.notify_waiters();
+    }
+}
+
+impl Pacer {
+    pub(crate) fn new(settings: SettingsRecord) -> Pacer {
+        let rate = max_rate(&settings);
+        Pacer {
+            state: RefCell::new(State {
+                rate_bytes_per_s: rate,
+                tokens: 0.0,
+                refilled_at: Instant::now(),
+                in_flight: 0,
+                waiting: BTreeSet::new(),
+                next_ticket: 0,
+                tick_ops: 0,
+                tick_latency: Duration::ZERO,
+                recent: VecDeque::new(),
+                settings,
+                granted_bytes: 0,
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    /// Waits for the turn of a copy of `bytes` at `priority`.
+    pub(crate) async fn admit(&self, priority: Priority, bytes: u64) -> Permit<'_> {
+        let key = {
+            let mut state = self.state.borrow_mut();
+            state.next_ticket += 1;
+            let key = (priority, state.next_ticket);
+            state.waiting.insert(key);
+            key
+        };
+        let _waiting = Waiting { pacer: self, key };
+        loop {
+            let changed = self.changed.notified();
+            let wait = {
+                let mut state = self.state.borrow_mut();
+                state.refill(Instant::now());
+                let first = state.waiting.first() == Some(&key);
+                let slots = state.in_flight < state.settings.recovery_in_flight_max.max(1) as usize;
+                if first && slots && state.tokens >= 0.0 {
+                    state.tokens -= bytes as f64;
+                    state.in_flight += 1;
+                    state.granted_bytes += bytes;
+                    None
+                } else if first && slots {
+                    Some(Duration::from_secs_f64(-state.tokens / state.rate_bytes_per_s))
+                } else {
+                    Some(Duration::MAX)
+                }
+            };
+            match wait {
+                None => {
+                    // The next waiter may go too.
+                    self.changed.notify_waiters();
+                    return Permit { pacer: self };
+                }
+                Some(Duration::MAX) => changed.await,
+                Some(wait) => {
+                    tokio::select! {
+                        _ = changed => {}
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// A client op this OSD served as a primary took `latency`.
+    pub(crate) fn client_op(&self, latency: Duration) {
+        let mut state = self.state.borrow_mut();
+        state.tick_ops += 1;
+        state.tick_latency += latency;
+    }
+
+    /// Sets the rate from the last tick's client latency; `settings` are the map's now.
+    pub(crate) fn tick(&self, settings: &SettingsRecord) {
+        let mut state = self.state.borrow_mut();
+        let now = Instant::now();
+        state.refill(now);
+        state.settings = settings.clone();
+        let (max, min) = (max_rate(settings), min_rate(settings));
+        let rate = if state.tick_ops == 0 {
+            max
+        } else {
+            let mean = state.tick_latency / state.tick_ops as u32;
+            state.recent.push_back((now, mean));
+            while state.recent.front().is_some_and(|(at, _)| now.duration_since(*at) > BASELINE_WINDOW) {
+                state.recent.pop_front();
+            }
+            let baseline = state.recent.iter().map(|(_, mean)| *mean).min().unwrap_or(mean);
+            let limit = baseline.mul_f64(f64::from(settings.recovery_latency_ratio_percent.max(100)) / 100.0);
+            if mean > limit {
+                state.rate_bytes_per_s * 2.0 / 3.0
+            } else {
+                state.rate_bytes_per_s + max / 20.0
+            }
+        };
+        state.rate_bytes_per_s = rate.clamp(min, max);
+        state.tick_ops = 0;
+        state.tick_latency = Duration::ZERO;
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// The rate now, in bytes per second, and the bytes granted since the OSD started.
+    pub(crate) fn figures(&self) -> (u64, u64) {
+        let state = self.state.borrow();
+        (state.rate_bytes_per_s as u64, state.granted_bytes)
+    }
+}
+
+impl State {
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.duration_since(self.refilled_at).as_secs_f64();
+        self.refilled_at = now;
+        // At most a tenth of a second's worth saved up: a burst after an idle spell stays small.
+        let burst = self.rate_bytes_per_s / 10.0;
+        self.tokens = (self.tokens + elapsed * self.rate_bytes_per_s).min(burst);
+    }
+}
+
+fn max_rate(settings: &SettingsRecord) -> f64 {
+    (settings.recovery_bytes_per_s_max.max(1) as f64).max(min_rate(settings))
+}
+
+fn min_rate(settings: &SettingsRecord) -> f64 {
+    settings.recovery_bytes_per_s_min.max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> SettingsRecord {
+        SettingsRecord {
+            recovery_bytes_per_s_max: 100 << 20,
+            recovery_bytes_per_s_min: 4 << 20,
+            recovery_latency_ratio_percent: 150,
+            recovery_in_flight_max: 2,
+            ..SettingsRecord::default()
+        }
+    }
+
+    #[test]
+    fn the_rate_backs_off_when_client_latency_rises_and_recovers_when_it_falls() {
+        let pacer = Pacer::new(settings());
+        let settings = settings();
+        assert_eq!(pacer.figures().0, 100 << 20, "idle clients: full speed");
+        // A steady client latency: the rate stays at the maximum.
+        for _ in 0..10 {
+            pacer.client_op(Duration::from_micros(200));
+            pacer.tick(&settings);
+        }
+        assert_eq!(pacer.figures().0, 100 << 20);
+        // Latency triples: the rate falls, tick after tick, to the minimum and no further.
+        let mut last = pacer.figures().0;
+        for _ in 0..5 {
+            pacer.client_op(Duration::from_micros(600));
+            pacer.tick(&settings);
+            let rate = pacer.figures().0;
+            assert!(rate < last, "{rate} after {last}");
+            last = rate;
+        }
+        for _ in 0..30 {
+            pacer.client_op(Duration::from_micros(600));
+            pacer.tick(&settings);
+        }
+        assert_eq!(pacer.figures().0, 4 << 20, "never below the minimum");
+        // Latency back to normal: the rate climbs again; clients gone: full speed at once.
+        pacer.client_op(Duration::from_micros(200));
+        pacer.tick(&settings);
+        assert!(pacer.figures().0 > 4 << 20);
+        pacer.tick(&settings);
+        assert_eq!(pacer.figures().0, 100 << 20);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn permits_go_by_priority_and_rate_and_at_most_in_flight_max_at_once() {
+        let pacer = std::rc::Rc::new(Pacer::new(settings()));
+        let order = std::rc::Rc::new(RefCell::new(Vec::new()));
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                // Two copies hold both slots.
+                let first = pacer.admit(Priority::Misplaced, 1 << 20).await;
+                let second = pacer.admit(Priority::Misplaced, 1 << 20).await;
+                let mut tasks = Vec::new();
+                for (priority, name) in
+                    [(Priority::Scrub, "scrub"), (Priority::Misplaced, "misplaced"), (Priority::AtMinSize, "urgent")]
+                {
+                    let (pacer, order) = (pacer.clone(), order.clone());
+                    tasks.push(tokio::task::spawn_local(async move {
+                        let _permit = pacer.admit(priority, 1 << 20).await;
+                        order.borrow_mut().push(name);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }));
+                }
+                tokio::task::yield_now().await;
+                assert!(order.borrow().is_empty(), "a third copy went while two were in flight");
+                drop((first, second));
+                for task in tasks {
+                    task.await.unwrap();
+                }
+            })
+            .await;
+        assert_eq!(*order.borrow(), ["urgent", "misplaced", "scrub"]);
+        let (_, granted) = pacer.figures();
+        assert_eq!(granted, 5 << 20);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn copies_go_at_the_rate() {
+        let settings = SettingsRecord { recovery_bytes_per_s_max: 10 << 20, ..settings() };
+        let pacer = Pacer::new(settings);
+        let started = Instant::now();
+        for _ in 0..20 {
+            drop(pacer.admit(Priority::Degraded, 1 << 20).await);
+        }
+        // 20 MiB at 10 MiB/s, less the first tenth of a second's burst.
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(1800) && elapsed <= Duration::from_millis(2100), "{elapsed:?}");
+    }
+}
