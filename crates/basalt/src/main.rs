@@ -48,6 +48,8 @@ enum Command {
     Pg(cmd::pg::Args),
     /// Show and change the cluster's settings through the mon API.
     Config(cmd::config::Args),
+    /// Compare every object's copies and repair the bad ones (all PGs, a pool, a PG or a volume).
+    Scrub(cmd::scrub::Args),
     /// Manage volumes through the mon API.
     Volume(cmd::volume::Args),
     /// Show the cluster's state through the mon API.
@@ -153,7 +155,7 @@ fn main() -> ExitCode {
                 )
             )
         }
-        Command::Pool(_) | Command::Pg(_) | Command::Volume(_) | Command::Status(_) | Command::Config(_) => true,
+        Command::Pool(_) | Command::Pg(_) | Command::Volume(_) | Command::Status(_) | Command::Config(_) | Command::Scrub(_) => true,
         _ => false,
     };
     if prints_and_exits {
@@ -177,6 +179,7 @@ fn main() -> ExitCode {
         Command::Pool(args) => cmd::pool::run(global, args),
         Command::Pg(args) => cmd::pg::run(global, args),
         Command::Config(args) => cmd::config::run(global, args),
+        Command::Scrub(args) => cmd::scrub::run(global, args),
         Command::Volume(args) => cmd::volume::run(global, args),
         Command::Status(args) => cmd::status::run(global, args),
         Command::Bench(args) => cmd::bench::run(global, args),

@@ -3,6 +3,8 @@
 pub const ROOT: &str = "/basalt/";
 pub const CLUSTER: &str = "/basalt/config/cluster";
 pub const SETTINGS: &str = "/basalt/config/settings";
+pub const SCRUB_REQUESTS: &str = "/basalt/config/scrub-requests";
+pub const PG_SCRUB_PREFIX: &str = "/basalt/pg-scrub/";
 pub const POOLS_PREFIX: &str = "/basalt/config/pools/";
 pub const PGS_PREFIX: &str = "/basalt/config/pgs/";
 pub const OSDS_PREFIX: &str = "/basalt/osd/";
@@ -36,6 +38,10 @@ pub fn volume(name: &str) -> String {
 
 pub fn pg_history(pool: u32, pg: u32) -> String {
     format!("{PG_HISTORY_PREFIX}{pool}/{pg}")
+}
+
+pub fn pg_scrub(pool: u32, pg: u32) -> String {
+    format!("{PG_SCRUB_PREFIX}{pool}/{pg}")
 }
 
 pub fn volume_id_counter(pool: u32) -> String {

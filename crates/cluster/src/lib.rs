@@ -19,5 +19,6 @@ pub use layout::{mint_version, object_pg, ObjectRef};
 pub use map::{ClusterMap, PgState};
 pub use records::{
     machine_id, ClusterRecord, Counter, FailureDomainName, LeaderRecord, LocalSocket, OsdLiveRecord, OsdRecord,
-    PgHistoryRecord, PgTableRecord, PoolRecord, RecordError, Redundancy, SettingsRecord, VolumeRecord,
+    PgHistoryRecord, PgScrubRecord, PgTableRecord, PoolRecord, RecordError, Redundancy, ScrubRequest,
+    ScrubRequestsRecord, SettingsRecord, VolumeRecord,
 };

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use crate::keys;
 use crate::records::{
-    decode, machine_id, OsdLiveRecord, OsdRecord, PgTableRecord, PoolRecord, RecordError, SettingsRecord,
-    VolumeRecord,
+    decode, machine_id, OsdLiveRecord, OsdRecord, PgTableRecord, PoolRecord, RecordError, ScrubRequestsRecord,
+    SettingsRecord, VolumeRecord,
 };
 
 /// One PG as the table publishes it.
@@ -38,6 +38,7 @@ pub struct ClusterMap {
     pub volumes: BTreeMap<String, VolumeRecord>,
     /// Defaults while the store has no settings record (or one that does not decode).
     pub settings: SettingsRecord,
+    pub scrub_requests: ScrubRequestsRecord,
     /// `unix:PATH` of the live OSDs whose local socket this process can reach (ADR 0013).
     local_addresses: BTreeMap<u32, String>,
 }
@@ -119,6 +120,12 @@ impl ClusterMap {
             self.settings = SettingsRecord::default();
             if let Some(value) = value {
                 self.settings = decode(key, value)?;
+            }
+            Ok(())
+        } else if key == keys::SCRUB_REQUESTS {
+            self.scrub_requests = ScrubRequestsRecord::default();
+            if let Some(value) = value {
+                self.scrub_requests = decode(key, value)?;
             }
             Ok(())
         } else if let Some(name) = key.strip_prefix(keys::VOLUMES_PREFIX) {

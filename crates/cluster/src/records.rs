@@ -234,6 +234,66 @@ impl Default for SettingsRecord {
     }
 }
 
+/// `/basalt/config/scrub-requests`: the scrubs asked for (`basalt scrub`), newest last; the
+/// primaries scrub every PG a request covers whose last scrub came before it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubRequestsRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub requests: Vec<ScrubRequest>,
+}
+
+/// One scrub asked for: of every PG, of one pool's, of one PG, or of one volume's objects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubRequest {
+    /// Grows by one per request.
+    pub id: u64,
+    pub at_unix_s: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pg: Option<u32>,
+    /// Only this volume's objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+}
+
+impl ScrubRequest {
+    pub fn covers(&self, pool: u32, pg: u32) -> bool {
+        self.pool.is_none_or(|wanted| wanted == pool) && self.pg.is_none_or(|wanted| wanted == pg)
+    }
+}
+
+impl ScrubRequestsRecord {
+    /// The most requests kept: older ones are done or superseded by newer ones.
+    pub const REQUESTS_MAX: usize = 64;
+
+    /// The newest request covering the PG, if any.
+    pub fn newest_for(&self, pool: u32, pg: u32) -> Option<&ScrubRequest> {
+        self.requests.iter().rev().find(|request| request.covers(pool, pg))
+    }
+}
+
+/// `/basalt/pg-scrub/<pool>/<pg>`: the PG's last scrub, written by its primary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgScrubRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    /// The newest request it answered (0: a scheduled scrub).
+    pub request: u64,
+    pub epoch: u64,
+    pub osd: u32,
+    pub finished_unix_s: u64,
+    pub objects: u64,
+    /// Objects with a copy that was missing, older, unreadable or different.
+    pub found: u64,
+    pub repaired: u64,
+    pub unrepairable: u64,
+    /// What the first unrepairable objects failed with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
 /// `/basalt/osd-live/<osd>` (leased): the running OSD.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OsdLiveRecord {

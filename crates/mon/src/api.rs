@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::down_report::{self, DownReport};
-use crate::osd_admin;
+use crate::{osd_admin, scrub};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
 use crate::views::{DownReportView, LocalOsdView, PgList, VolumeList, VolumeView};
 use crate::{LocalOsdError, LocalOsds, Shared, StopRequest};
@@ -45,6 +45,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/osds/{id}/in", post(in_osd))
         .route("/osds/{id}/reweight", post(reweight_osd))
         .route("/config", get(get_settings).patch(change_settings))
+        .route("/scrub", post(request_scrub))
+        .route("/scrub/{id}", get(scrub_progress))
         .route("/osds/{id}/down-report", post(report_down))
         .route("/osds/{id}/stop", post(stop_osd))
         .route("/osds/{id}/start", post(start_osd));
@@ -169,7 +171,8 @@ async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusV
     let cluster = admin::cluster_record(store).await?;
     let map = cluster_watch::load(store).await?;
     let answers = ask_osds(&map).await;
-    let pgs = views::all_pg_views(&map, &answers);
+    let mut pgs = views::all_pg_views(&map, &answers);
+    attach_scrubs(store, &mut pgs).await?;
     let osds_down = shared.down_since(&map);
     let recovery = shared.recovery(&pgs, cluster.object_size_bytes);
     let leader = leader(store).await?;
@@ -204,11 +207,12 @@ async fn list_pgs(
         }
     }
     let answers = ask_osds(&map).await;
-    let pgs = pools
+    let mut pgs: Vec<views::PgView> = pools
         .into_iter()
         .flat_map(|pool| views::pg_views(pool, &map, &answers))
         .filter(|pg| filter.state.as_ref().is_none_or(|state| matches_state(pg, state)))
         .collect();
+    attach_scrubs(shared.store.as_ref(), &mut pgs).await?;
     Ok(Json(PgList { pgs }))
 }
 
@@ -429,6 +433,36 @@ async fn change_settings(
     Body(change): Body<views::SettingsChange>,
 ) -> ApiResult<Json<cluster::SettingsRecord>> {
     Ok(Json(osd_admin::change_settings(shared.store.as_ref(), &change).await?))
+}
+
+/// Adds each PG's last scrub to its view.
+async fn attach_scrubs(store: &dyn MetaStore, pgs: &mut [views::PgView]) -> ApiResult<()> {
+    let results = scrub::results(store).await?;
+    for pg in pgs {
+        pg.scrub = results.get(&(pg.pool, pg.pg)).map(|record| views::PgScrubView::of(pg.pool, pg.pg, record));
+    }
+    Ok(())
+}
+
+async fn request_scrub(
+    State(shared): State<Arc<Shared>>,
+    Body(body): Body<views::ScrubRequestBody>,
+) -> ApiResult<(StatusCode, Json<views::ScrubProgressView>)> {
+    let store = shared.store.as_ref();
+    let map = cluster_watch::load(store).await?;
+    let request = scrub::request(store, &map, &body).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok((StatusCode::ACCEPTED, Json(scrub::progress(store, &map, request.id).await?)))
+}
+
+async fn scrub_progress(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<views::ScrubProgressView>> {
+    let id: u64 = id.parse().map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("{id:?} is not a scrub request id")))?;
+    let store = shared.store.as_ref();
+    let map = cluster_watch::load(store).await?;
+    Ok(Json(scrub::progress(store, &map, id).await?))
 }
 
 fn osd_id(id: &str) -> ApiResult<u32> {

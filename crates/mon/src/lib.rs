@@ -21,6 +21,7 @@ pub mod local_osds;
 pub mod osd_admin;
 pub mod pg_tables;
 pub mod reaper;
+pub mod scrub;
 pub mod stderr_log;
 pub mod views;
 

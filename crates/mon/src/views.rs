@@ -97,6 +97,78 @@ pub struct PgView {
     /// Why an `inactive` PG does not serve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Its last scrub, if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub: Option<PgScrubView>,
+}
+
+/// A PG's last scrub (`docs/design/scrub.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgScrubView {
+    pub pool: u32,
+    pub pg: u32,
+    /// The newest `basalt scrub` request it answered; 0 for a scheduled scrub.
+    pub request: u64,
+    pub finished_unix_s: u64,
+    pub objects: u64,
+    /// Objects with a copy that was missing, older, unreadable or different.
+    pub found: u64,
+    pub repaired: u64,
+    pub unrepairable: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+impl PgScrubView {
+    pub fn of(pool: u32, pg: u32, record: &cluster::PgScrubRecord) -> PgScrubView {
+        PgScrubView {
+            pool,
+            pg,
+            request: record.request,
+            finished_unix_s: record.finished_unix_s,
+            objects: record.objects,
+            found: record.found,
+            repaired: record.repaired,
+            unrepairable: record.unrepairable,
+            errors: record.errors.clone(),
+        }
+    }
+}
+
+/// The last scrub of every PG, summed (`GET /status`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubSummary {
+    /// PGs scrubbed at least once.
+    pub pgs_scrubbed: u64,
+    pub found: u64,
+    pub repaired: u64,
+    pub unrepairable: u64,
+    /// When the oldest of those last scrubs finished.
+    pub oldest_unix_s: Option<u64>,
+}
+
+/// `POST /scrub`: what to scrub; at most one of the three, none for every PG.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScrubRequestBody {
+    pub pool: Option<String>,
+    /// `POOL_ID.PG`, as `basalt pg ls` names PGs.
+    pub pg: Option<String>,
+    pub volume: Option<String>,
+}
+
+/// `GET /scrub/{id}` (and the answer to `POST /scrub`): how far a requested scrub got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubProgressView {
+    pub id: u64,
+    pub pgs_total: u64,
+    pub pgs_done: u64,
+    pub objects: u64,
+    pub found: u64,
+    pub repaired: u64,
+    pub unrepairable: u64,
+    /// The PGs done, with their results.
+    pub pgs: Vec<PgScrubView>,
 }
 
 impl PgView {
@@ -146,6 +218,7 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
                 state: "inactive".into(),
                 objects_left: 0,
                 reason: Some("the pool has no PG table yet".into()),
+                scrub: None,
             })
             .collect();
     };
@@ -189,6 +262,7 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
                 state,
                 objects_left: report.filter(|report| report.epoch == epoch).map_or(0, |report| report.objects_left),
                 reason,
+                scrub: None,
             }
         })
         .collect()
@@ -371,6 +445,8 @@ pub struct StatusView {
     pub pgs: PgSummary,
     #[serde(default)]
     pub recovery: RecoveryView,
+    #[serde(default)]
+    pub scrub: ScrubSummary,
     /// Metadata-store writes of PG histories, summed over the up OSDs that answered, since each
     /// started.
     #[serde(default)]
@@ -382,6 +458,19 @@ pub struct StatusView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorView {
     pub error: String,
+}
+
+/// Sums the PGs' last scrubs.
+fn scrub_summary(pgs: &[PgView]) -> ScrubSummary {
+    let mut summary = ScrubSummary::default();
+    for scrub in pgs.iter().filter_map(|pg| pg.scrub.as_ref()) {
+        summary.pgs_scrubbed += 1;
+        summary.found += scrub.found;
+        summary.repaired += scrub.repaired;
+        summary.unrepairable += scrub.unrepairable;
+        summary.oldest_unix_s = Some(summary.oldest_unix_s.map_or(scrub.finished_unix_s, |t| t.min(scrub.finished_unix_s)));
+    }
+    summary
 }
 
 /// Every PG of every pool with its state, in pool and PG order.
@@ -489,7 +578,7 @@ pub fn status_view(
     osds_down: Vec<OsdDownView>,
     recovery: RecoveryView,
 ) -> StatusView {
-    let pgs = pg_summary(pgs);
+    let summary = pg_summary(pgs);
     let up: BTreeSet<u32> = map.osds.keys().filter(|id| map.live.contains_key(id)).copied().collect();
     let reports: Vec<u64> = up.iter().filter_map(|id| answers.used_bytes.get(id).copied()).collect();
     let reporting = reports.len() as u64;
@@ -500,7 +589,8 @@ pub fn status_view(
         osds_down,
         pools: map.pools.len() as u64,
         volumes: map.volumes.len() as u64,
-        pgs,
+        scrub: scrub_summary(pgs),
+        pgs: summary,
         recovery,
         pg_history_writes: up.iter().filter_map(|id| answers.history_writes.get(id)).sum(),
         capacity: Capacity {

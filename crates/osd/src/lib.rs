@@ -259,6 +259,7 @@ async fn daemon(
     let following = tokio::task::spawn_local(osd.clone().follow_map());
     let removing_strays = tokio::task::spawn_local(osd.clone().remove_strays());
     let pacing = tokio::task::spawn_local(osd.clone().pace());
+    let scrubbing = tokio::task::spawn_local(osd.clone().scrub_due_pgs());
     let incarnation = liveness.lease().map_or(0, |lease| lease.0);
     let local_path = local.as_ref().map(|local| local.path.as_str()).unwrap_or("none");
     tracing::info!(osd = id, %address, local = local_path, incarnation, data = %config.data_path.display(), "osd serving");
@@ -271,6 +272,7 @@ async fn daemon(
     following.abort();
     removing_strays.abort();
     pacing.abort();
+    scrubbing.abort();
     if how == Stop::Abort {
         tracing::info!(osd = id, "osd stopping at once");
         return Ok(());

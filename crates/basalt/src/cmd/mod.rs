@@ -17,5 +17,6 @@ pub mod osd_init;
 pub mod osd_run;
 pub mod pg;
 pub mod pool;
+pub mod scrub;
 pub mod status;
 pub mod volume;

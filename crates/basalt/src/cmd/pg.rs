@@ -15,7 +15,8 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// List PGs: members (acting, then target), primary, epoch, state, objects left to copy.
+    /// List PGs: members (acting, then target), primary, epoch, state, objects left to copy,
+    /// and what their last scrub found.
     Ls {
         /// Only this pool's PGs.
         #[arg(long)]
@@ -64,11 +65,15 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
                         members(&pg.acting),
                         members(&pg.target),
                         pg.objects_left.to_string(),
+                        pg.scrub.as_ref().map_or("-".into(), |scrub| {
+                            format!("{} found, {} repaired, {} unrepairable", scrub.found, scrub.repaired, scrub.unrepairable)
+                        }),
                         pg.reason.clone().unwrap_or_else(|| "-".into()),
                     ]
                 })
                 .collect();
-            print_table(&["PG", "STATE", "EPOCH", "PRIMARY", "ACTING", "TARGET", "OBJECTS_LEFT", "REASON"], &rows);
+            let headers = ["PG", "STATE", "EPOCH", "PRIMARY", "ACTING", "TARGET", "OBJECTS_LEFT", "LAST_SCRUB", "REASON"];
+            print_table(&headers, &rows);
         }
     }
     Ok(())

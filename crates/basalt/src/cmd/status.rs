@@ -72,6 +72,13 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
         };
         println!("recovery  {} objects, {} left{rate}", recovery.objects_left, format_bytes(recovery.bytes_left));
     }
+    let scrub = &status.scrub;
+    if scrub.pgs_scrubbed > 0 {
+        println!(
+            "scrub     {} of {} PGs scrubbed: {} objects found damaged, {} repaired, {} unrepairable",
+            scrub.pgs_scrubbed, pgs.total, scrub.found, scrub.repaired, scrub.unrepairable
+        );
+    }
     println!("capacity  {} (used: {used})", format_bytes(status.capacity.total_bytes));
     Ok(())
 }

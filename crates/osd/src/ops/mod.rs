@@ -12,6 +12,7 @@ mod connection;
 mod peering;
 mod primary;
 mod recovery;
+mod scrub;
 mod secondary;
 mod stray;
 
@@ -154,6 +155,7 @@ pub(crate) struct Osd {
     stopping: Cell<bool>,
     /// Paces recovery, backfill and scrub against client ops (`pacer.rs`).
     pub(crate) pacer: Pacer,
+    scrubs: scrub::ScrubLog,
 }
 
 /// Counts an op in flight, for the shutdown's wait.
@@ -200,6 +202,7 @@ impl Osd {
             ops_idle: Notify::new(),
             stopping: Cell::new(false),
             pacer,
+            scrubs: scrub::ScrubLog::default(),
         }
     }
 

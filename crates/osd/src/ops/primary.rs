@@ -13,7 +13,7 @@ use wire::{Opcode, PgId, Request, Response, Status};
 use std::rc::Rc;
 
 use super::admission::{self, PgView};
-use super::{recovery, OpError, Osd};
+use super::{recovery, scrub, OpError, Osd};
 use crate::limits::OBJECT_SIZE_MAX_BYTES;
 use crate::pg_state::Pg;
 
@@ -35,7 +35,7 @@ impl Mutation {
 
 impl Osd {
     pub(super) async fn primary_read(
-        &self,
+        self: &Rc<Self>,
         pg: PgId,
         epoch: u64,
         object: ObjectId,
@@ -43,10 +43,29 @@ impl Osd {
         length_bytes: u32,
     ) -> Result<Response, OpError> {
         let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
-        let _object = self.locks.read(object).await;
-        self.still_primary(pg, epoch)?;
-        self.still_active(&state)?;
-        let data = self.read(object, offset_bytes, length_bytes).await?.1;
+        let read = {
+            let _object = self.locks.read(object).await;
+            self.still_primary(pg, epoch)?;
+            self.still_active(&state)?;
+            self.read(object, offset_bytes, length_bytes).await
+        };
+        let data = match read {
+            Ok((_, data)) => data,
+            // A copy that fails its checksums here is rewritten from a member's good copy, and
+            // the client gets that: it never sees the error while a good copy exists.
+            Err(error) if scrub::corrupt(&error) => {
+                tracing::warn!(osd = self.id, pg = %pg, %object, %error, "repairing a copy that fails its checksums");
+                if let Err(reason) = self.repair(&state, object).await {
+                    tracing::error!(osd = self.id, pg = %pg, %object, %reason, "cannot repair a copy");
+                    return Err(error);
+                }
+                let _object = self.locks.read(object).await;
+                self.still_primary(pg, epoch)?;
+                self.still_active(&state)?;
+                self.read(object, offset_bytes, length_bytes).await?.1
+            }
+            Err(error) => return Err(error),
+        };
         Ok(Response::Read { data })
     }
 
@@ -72,13 +91,13 @@ impl Osd {
     }
 
     /// After a wait (for the object's queue), the map may have moved on.
-    fn still_primary(&self, pg: PgId, epoch: u64) -> Result<(), OpError> {
+    pub(super) fn still_primary(&self, pg: PgId, epoch: u64) -> Result<(), OpError> {
         let map = self.map.borrow().clone();
         admission::still_primary(PgView::lookup(&map, pg), self.id, epoch)
     }
 
     /// After a wait, the PG may be peering again.
-    fn still_active(&self, state: &Rc<Pg>) -> Result<(), OpError> {
+    pub(super) fn still_active(&self, state: &Rc<Pg>) -> Result<(), OpError> {
         if self.pgs.is_current(state) && state.is_active() {
             Ok(())
         } else {
@@ -110,8 +129,18 @@ impl Osd {
         object: ObjectId,
         mutation: Mutation,
     ) -> Result<(), OpError> {
-        let (pg, epoch) = (state.id, state.epoch);
         let _object = self.locks.write(object).await;
+        self.replicate_held(state, object, mutation).await
+    }
+
+    /// [`Osd::replicate`] for a caller that holds the object's write queue.
+    pub(super) async fn replicate_held(
+        self: &Rc<Self>,
+        state: &Rc<Pg>,
+        object: ObjectId,
+        mutation: Mutation,
+    ) -> Result<(), OpError> {
+        let (pg, epoch) = (state.id, state.epoch);
         let _in_flight = self.pgs.write_started(pg);
         let map = self.map.borrow().clone();
         let view = PgView::lookup(&map, pg);
