@@ -44,6 +44,12 @@ fn cli_fails(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stderr).to_string()
 }
 
+/// The redundancy of volume `v`, as `basalt volume info --json` reports it.
+fn volume_redundancy() -> Value {
+    let info: Value = serde_json::from_str(&cli(&["volume", "info", "v", "--json", "--api", API])).expect("json");
+    info["redundancy"].clone()
+}
+
 fn status() -> Value {
     serde_json::from_str(&cli(&["status", "--json", "--api", API])).expect("json")
 }
@@ -128,11 +134,19 @@ fn an_osd_down_past_its_interval_is_marked_out_and_rebuilt_elsewhere() {
     isolated(|| {
         let mut cluster = Cluster::start(Store::Embedded, "backfill-down-out", 4, 3, 2, "64M");
         let dir = cluster.scratch.path().to_path_buf();
-        cli(&["config", "set", "down_out_interval_s", "5", "--api", API]);
+        cli(&["config", "set", "down_out_interval_s", "8", "--api", API]);
         run_fio(&dir, "64M", 24, &[]);
+        let intact = volume_redundancy();
+        assert_eq!((intact["state"].as_str(), intact["objects"].as_u64()), (Some("intact"), Some(512)), "{intact}");
         let id = cluster.osd_id(1);
         let writer = start_fio(&dir, "64M", 24, &["--loops=2"]);
         cluster.kill_osd(1);
+        // Before it is marked out: its PGs run on two copies, and the volume says so.
+        let at_risk = testkit::wait_until(Duration::from_secs(6), "the volume at risk", || {
+            let redundancy = volume_redundancy();
+            (redundancy["state"] == "at_risk" && redundancy["degraded_objects"].as_u64() > Some(0)).then_some(redundancy)
+        });
+        eprintln!("backfill: with one OSD down: {at_risk}");
         finish_fio(writer, "across the loss and the rebuild");
         wait_until(Duration::from_secs(60), "the osd marked out", || {
             let listing: Value = serde_json::from_str(&cli(&["osd", "ls", "--json", "--api", API])).expect("json");
@@ -141,6 +155,8 @@ fn an_osd_down_past_its_interval_is_marked_out_and_rebuilt_elsewhere() {
         });
         wait_clean();
         assert_eq!(target_pgs(id), 0);
+        let rebuilt = volume_redundancy();
+        assert_eq!((rebuilt["state"].as_str(), rebuilt["degraded_objects"].as_u64()), (Some("intact"), Some(0)), "{rebuilt}");
         replicas_equal();
         run_fio(&dir, "64M", 24, &["--verify_only"]);
     });

@@ -322,7 +322,60 @@ async fn get_volume(State(shared): State<Arc<Shared>>, Path(name): Path<String>)
     let store = shared.store.as_ref();
     let (volume, _) = admin::get_volume(store, &name).await?;
     let map = cluster_watch::load(store).await?;
-    Ok(Json(volume_view(&shared, &volume, &map)))
+    let mut view = volume_view(&shared, &volume, &map);
+    view.redundancy = Some(redundancy(&map, &volume).await);
+    Ok(Json(view))
+}
+
+/// Asks every up OSD how many of the volume's objects in the PGs it leads lack a copy, and
+/// sums that with the states of the pool's PGs.
+async fn redundancy(map: &ClusterMap, volume: &cluster::VolumeRecord) -> views::RedundancyView {
+    let answers = ask_osds(map).await;
+    let pgs: Vec<views::PgView> =
+        map.pools.get(&volume.pool).map(|pool| views::pg_views(pool, map, &answers)).unwrap_or_default();
+    let mut asks = tokio::task::JoinSet::new();
+    for &osd in map.live.keys() {
+        let Some(address) = map.address(osd).map(str::to_string) else { continue };
+        let inode = volume.id;
+        asks.spawn(async move {
+            let ask = async {
+                let connection = net::connect(&address).await.ok()?;
+                match connection.call(0, wire::Request::VolumeRedundancy { inode }).await.ok()?.response {
+                    wire::Response::VolumeRedundancy { objects, degraded_objects } => Some((objects, degraded_objects)),
+                    _ => None,
+                }
+            };
+            tokio::time::timeout(OSD_ANSWER_TIMEOUT, ask).await.ok().flatten()
+        });
+    }
+    let (mut objects, mut degraded_objects, mut silent) = (0, 0, 0);
+    while let Some(joined) = asks.join_next().await {
+        match joined.ok().flatten() {
+            Some((held, degraded)) => {
+                objects += held;
+                degraded_objects += degraded;
+            }
+            None => silent += 1,
+        }
+    }
+    let pgs_clean = pgs.iter().filter(|pg| pg.state == "clean" && !pg.is_misplaced()).count() as u64;
+    let pgs_inactive = pgs.iter().filter(|pg| pg.state == "inactive").count() as u64;
+    let state = if pgs_inactive > 0 {
+        "unavailable"
+    } else if pgs_clean == pgs.len() as u64 && degraded_objects == 0 && silent == 0 {
+        "intact"
+    } else {
+        "at_risk"
+    };
+    views::RedundancyView {
+        state: state.to_string(),
+        pgs_total: pgs.len() as u64,
+        pgs_clean,
+        pgs_inactive,
+        objects,
+        degraded_objects,
+        osds_not_answering: silent,
+    }
 }
 
 async fn create_volume(

@@ -301,6 +301,27 @@ pub struct VolumeView {
     pub state: String,
     /// Object removal progress while `deleting`, when the answering mon is the one deleting.
     pub deletion: Option<DeletionProgress>,
+    /// Whether its data has every copy (`GET /volumes/{name}` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redundancy: Option<RedundancyView>,
+}
+
+/// Whether a volume's data has every copy (`docs/design/backfill.md`, "Redundancy").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedundancyView {
+    /// `intact`: every PG of its pool clean (every object has all its copies); `at_risk`: some
+    /// object has fewer copies than the pool's size, or some PG's primary did not answer;
+    /// `unavailable`: some PG of its pool does not serve.
+    pub state: String,
+    pub pgs_total: u64,
+    pub pgs_clean: u64,
+    pub pgs_inactive: u64,
+    /// The volume's objects, as the primaries that answered hold them.
+    pub objects: u64,
+    /// Those with fewer copies than the pool's size.
+    pub degraded_objects: u64,
+    /// Up OSDs that did not answer (their PGs' objects are not counted).
+    pub osds_not_answering: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -513,6 +534,7 @@ pub fn volume_view(volume: &VolumeRecord, map: &ClusterMap, deletion: Option<Del
         parent: volume.parent.clone(),
         state: if volume.is_deleting() { "deleting" } else { "ready" }.to_string(),
         deletion: if volume.is_deleting() { deletion } else { None },
+        redundancy: None,
     }
 }
 

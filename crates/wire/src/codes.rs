@@ -42,11 +42,13 @@ pub enum Opcode {
     Space = 34,
     /// Admin: the state of every PG the OSD is the primary of (for `basalt status`, `basalt pg ls`).
     PgStates = 35,
+    /// Admin: how many of a volume's objects in the PGs the OSD leads lack a copy (`basalt volume info`).
+    VolumeRedundancy = 36,
 }
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 14] = [
+    pub const ALL: [Opcode; 15] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
@@ -61,6 +63,7 @@ impl Opcode {
         Opcode::Ping,
         Opcode::Space,
         Opcode::PgStates,
+        Opcode::VolumeRedundancy,
     ];
 
     /// The opcode with this number, or `None` if this build does not know it.

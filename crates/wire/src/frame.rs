@@ -159,6 +159,10 @@ pub enum Request {
     Space,
     /// The states of the PGs the OSD is the primary of.
     PgStates,
+    /// How many of volume `inode`'s objects lack a copy, in the PGs the OSD is the primary of.
+    VolumeRedundancy {
+        inode: u64,
+    },
     /// Whether `object` exists at the PG's primary (`Ok` with its version, or `NoSuchObject`).
     Stat {
         pg: PgId,
@@ -207,6 +211,12 @@ pub enum Response {
         history_writes: u64,
         pgs: Vec<PgReport>,
     },
+    /// `objects`: the volume's objects in the PGs the OSD leads; `degraded_objects`: those some
+    /// member of their PG's target set does not hold yet.
+    VolumeRedundancy {
+        objects: u64,
+        degraded_objects: u64,
+    },
     /// `status` is never `Status::Ok`. The body is empty; for `WrongEpoch` the frame's epoch is the responder's.
     Failed {
         opcode: Opcode,
@@ -248,6 +258,7 @@ impl Request {
             Request::Ping => Opcode::Ping,
             Request::Space => Opcode::Space,
             Request::PgStates => Opcode::PgStates,
+            Request::VolumeRedundancy { .. } => Opcode::VolumeRedundancy,
             Request::Stat { .. } => Opcode::Stat,
         }
     }
@@ -265,7 +276,9 @@ impl Request {
             | Request::SecList { pg, .. }
             | Request::ObjectInfo { pg, .. }
             | Request::Stat { pg, .. } => Some(pg),
-            Request::Flush | Request::Ping | Request::Space | Request::PgStates => None,
+            Request::Flush | Request::Ping | Request::Space | Request::PgStates | Request::VolumeRedundancy { .. } => {
+                None
+            }
         }
     }
 }
@@ -286,6 +299,7 @@ impl Response {
             Response::Ping => Opcode::Ping,
             Response::Space { .. } => Opcode::Space,
             Response::PgStates { .. } => Opcode::PgStates,
+            Response::VolumeRedundancy { .. } => Opcode::VolumeRedundancy,
             Response::Stat { .. } => Opcode::Stat,
             Response::Failed { opcode, .. } => *opcode,
         }
@@ -417,6 +431,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
         Opcode::Read | Opcode::WriteZeroes | Opcode::Trim => PG + 8 + 8 + 4,
         Opcode::Write => PG + 8 + 8,
         Opcode::Flush | Opcode::Ping | Opcode::Space | Opcode::PgStates => 0,
+        Opcode::VolumeRedundancy => 8,
         Opcode::SecRead => PG + OBJECT + 4 + 4,
         Opcode::SecWrite => PG + OBJECT + 8 + 4,
         Opcode::SecDelete => PG + OBJECT + 8,
@@ -434,6 +449,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
         Response::Space { .. } => 24,
         Response::SecList { .. } => 4,
         Response::PgStates { .. } => 8 + 4,
+        Response::VolumeRedundancy { .. } => 16,
         _ => 0,
     }
 }
@@ -469,6 +485,7 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
             out.extend_from_slice(data);
         }
         Request::Flush | Request::Ping | Request::Space | Request::PgStates => {}
+        Request::VolumeRedundancy { inode } => put_u64(out, *inode),
         Request::SecRead { pg, object, offset_bytes, length_bytes } => {
             put_pg(out, *pg);
             put_object(out, *object);
@@ -542,6 +559,10 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
                 put_u64(out, report.objects_left);
             }
         }
+        Response::VolumeRedundancy { objects, degraded_objects } => {
+            put_u64(out, *objects);
+            put_u64(out, *degraded_objects);
+        }
         Response::Failed { status, .. } => assert_ne!(*status, Status::Ok),
     }
 }
@@ -589,6 +610,7 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         Opcode::Ping => Request::Ping,
         Opcode::Space => Request::Space,
         Opcode::PgStates => Request::PgStates,
+        Opcode::VolumeRedundancy => Request::VolumeRedundancy { inode: reader.u64()? },
         Opcode::Stat => Request::Stat { pg: reader.pg()?, object: reader.object()? },
     })
 }
@@ -647,6 +669,10 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
                 });
             }
             Response::PgStates { history_writes, pgs }
+        }
+        Opcode::VolumeRedundancy => {
+            reader.require(16)?;
+            Response::VolumeRedundancy { objects: reader.u64()?, degraded_objects: reader.u64()? }
         }
     })
 }

@@ -26,6 +26,7 @@ pub(crate) fn sample_requests() -> Vec<Request> {
         Request::Ping,
         Request::Space,
         Request::PgStates,
+        Request::VolumeRedundancy { inode: 1 << 56 | 9 },
         Request::Stat { pg, object },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| requests.iter().any(|request| request.opcode() == *opcode)));
@@ -50,6 +51,7 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::Ping,
         Response::Stat { version: 79 },
         Response::Space { used_bytes: 1 << 30, total_bytes: 1 << 40, object_count: 8192 },
+        Response::VolumeRedundancy { objects: 512, degraded_objects: 17 },
         Response::PgStates {
             history_writes: 0x7172_7374_7576_7778,
             pgs: vec![

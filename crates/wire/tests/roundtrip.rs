@@ -56,6 +56,7 @@ fn request() -> impl Strategy<Value = Request> {
         Just(Request::Ping),
         Just(Request::Space),
         Just(Request::PgStates),
+        any::<u64>().prop_map(|inode| Request::VolumeRedundancy { inode }),
     ]
 }
 
@@ -83,6 +84,8 @@ fn response() -> impl Strategy<Value = Response> {
         (any::<u64>(), any::<u32>()).prop_map(|(version, data_crc32c)| Response::ObjectInfo { version, data_crc32c }),
         any::<u64>().prop_map(|version| Response::Stat { version }),
         Just(Response::Ping),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(objects, degraded_objects)| Response::VolumeRedundancy { objects, degraded_objects }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(used_bytes, total_bytes, object_count)| {
             Response::Space { used_bytes, total_bytes, object_count }
         }),

@@ -111,6 +111,26 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
             if let Some(deletion) = volume.deletion {
                 println!("deleted      {} of {} objects", deletion.objects_done, deletion.objects_total);
             }
+            if let Some(redundancy) = volume.redundancy {
+                let meaning = match redundancy.state.as_str() {
+                    "intact" => "every object has all its copies",
+                    "unavailable" => "some of its PGs do not serve",
+                    _ => "some objects have fewer copies than the pool keeps",
+                };
+                println!("redundancy   {} ({meaning})", redundancy.state);
+                println!(
+                    "             {} of {} objects with fewer copies; {} of {} PGs clean{}",
+                    redundancy.degraded_objects,
+                    redundancy.objects,
+                    redundancy.pgs_clean,
+                    redundancy.pgs_total,
+                    if redundancy.osds_not_answering > 0 {
+                        format!("; {} OSDs did not answer", redundancy.osds_not_answering)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
         }
         Command::Resize { .. } => {
             let volume: VolumeView = decode(answer)?;

@@ -59,7 +59,7 @@ pub(crate) enum Role {
     Secondary,
     /// Queries of one object that hold at any epoch (ObjectInfo).
     Admin,
-    /// Ops that address no PG (Flush, Ping, Space, PgStates).
+    /// Ops that address no PG (Flush, Ping, Space, PgStates, VolumeRedundancy).
     Connection,
 }
 
@@ -76,7 +76,11 @@ impl Role {
             | Request::SecRead { .. }
             | Request::SecList { .. } => Role::Secondary,
             Request::ObjectInfo { .. } => Role::Admin,
-            Request::Flush | Request::Ping | Request::Space | Request::PgStates => Role::Connection,
+            Request::Flush
+            | Request::Ping
+            | Request::Space
+            | Request::PgStates
+            | Request::VolumeRedundancy { .. } => Role::Connection,
         }
     }
 }
@@ -179,7 +183,9 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
             Some((object, offset_bytes))
         }
         Request::SecList { .. } => None,
-        Request::Flush | Request::Ping | Request::Space | Request::PgStates => unreachable!("no pg"),
+        Request::Flush | Request::Ping | Request::Space | Request::PgStates | Request::VolumeRedundancy { .. } => {
+            unreachable!("no pg")
+        }
     };
     // An object's current state may be asked of any OSD holding it, lease or not.
     if role != Role::Admin && !osd.may_serve {
@@ -454,7 +460,9 @@ mod tests {
 
     #[test]
     fn ops_without_a_pg_are_admitted() {
-        for request in [Request::Flush, Request::Ping, Request::Space, Request::PgStates] {
+        for request in
+            [Request::Flush, Request::Ping, Request::Space, Request::PgStates, Request::VolumeRedundancy { inode: 1 }]
+        {
             assert_eq!(check(13, false, None, 0, request), Some(Status::Ok));
         }
     }

@@ -336,6 +336,7 @@ impl Osd {
             }
             Request::Ping => Ok(Response::Ping),
             Request::PgStates => Ok(self.pg_states()),
+            Request::VolumeRedundancy { inode } => Ok(self.volume_redundancy(inode)),
             Request::Space => {
                 let space = self.engine.with(|engine| engine.space());
                 Ok(Response::Space {

@@ -224,6 +224,37 @@ impl Osd {
         Response::PgStates { history_writes: self.pgs.history_writes(), pgs }
     }
 
+    /// The VolumeRedundancy reply: volume `inode`'s objects in the PGs this OSD leads, and those
+    /// a member of their PG's target set does not hold yet (every object of a PG whose target
+    /// member is not acting, not listed yet, or not active).
+    pub(super) fn volume_redundancy(&self, inode: u64) -> Response {
+        let map = self.map.borrow().clone();
+        let pool = cluster::VolumeRecord::pool_of(inode);
+        let Some(pg_count) = map.pools.get(&pool).map(|pool| pool.pg_count) else {
+            return Response::VolumeRedundancy { objects: 0, degraded_objects: 0 };
+        };
+        let mut by_pg: BTreeMap<u32, Vec<ObjectId>> = BTreeMap::new();
+        for (object, _) in self.engine.with(|engine| engine.list_objects()) {
+            if object.inode == inode {
+                by_pg.entry(object_pg(object.inode, object.stripe, pg_count)).or_default().push(object);
+            }
+        }
+        let (mut objects, mut degraded_objects) = (0, 0);
+        for (pg, held) in by_pg {
+            let Some(state) = self.pgs.get(PgId { pool, pg }) else { continue };
+            objects += held.len() as u64;
+            let degraded = state.with_active(|active| {
+                let whole = active.target.iter().any(|osd| !active.acting.contains(osd) || active.unlisted.contains(osd));
+                if whole {
+                    return held.len();
+                }
+                held.iter().filter(|&&object| !active.missing_object(object).is_empty()).count()
+            });
+            degraded_objects += degraded.unwrap_or(held.len()) as u64;
+        }
+        Response::VolumeRedundancy { objects, degraded_objects }
+    }
+
     pub(super) fn still_current(&self, state: &Rc<Pg>) -> Result<(), String> {
         if self.pgs.is_current(state) {
             Ok(())
