@@ -185,3 +185,32 @@ fn membership_changes_in_the_middle_of_a_backfill_lose_nothing() {
         run_fio(&dir, "128M", 25, &["--iodepth=32", "--bs=128k", "--verify_only"]);
     });
 }
+
+/// An OSD that joined, took PGs and then gave up the copies it no longer needed (stray
+/// removal, at a version above the one each copy had) gets those PGs back when the new OSD is
+/// marked out: writes to objects it remembers deleting go through, not refused forever.
+#[test]
+fn pgs_return_to_an_osd_that_removed_its_copies_of_them() {
+    isolated(|| {
+        let mut cluster = Cluster::start(Store::Embedded, "backfill-return", 3, 3, 2, "64M");
+        let dir = cluster.scratch.path().to_path_buf();
+        run_fio(&dir, "64M", 27, &[]);
+        let fourth = cluster.add_osd();
+        let id = cluster.osd_id(fourth);
+        wait_until(Duration::from_secs(30), "osd 4 in target sets", || (target_pgs(id) > 0).then_some(()));
+        wait_clean();
+        wait_until(Duration::from_secs(30), "stray copies removed", || {
+            let held: usize = (0..4).map(|index| objects_held(&format!("127.0.0.{}:6800", index + 2))).sum();
+            (held == 3 * 512).then_some(())
+        });
+        // The copies move back to the OSDs that removed them; writes go on meanwhile and after.
+        let writer = start_fio(&dir, "64M", 27, &["--loops=2"]);
+        cli(&["osd", "out", &id.to_string(), "--api", API]);
+        // Refused copies once kept these writes waiting for good: bound the wait.
+        finish_fio_within(writer, "across the move back", Duration::from_secs(120));
+        wait_clean();
+        assert_eq!(target_pgs(id), 0);
+        replicas_equal();
+        run_fio(&dir, "64M", 27, &["--verify_only"]);
+    });
+}

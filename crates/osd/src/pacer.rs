@@ -7,13 +7,16 @@
 //! [`TICK`]:
 //! - no client op in the last tick: the rate is `recovery_bytes_per_s_max` (idle clients get
 //!   full-speed recovery);
-//! - the mean latency of the tick's client ops above `recovery_latency_ratio_percent` of the
-//!   best tick of the last [`BASELINE_WINDOW`]: the rate falls by a third;
-//! - otherwise it grows by a twentieth of the maximum;
+//! - the tick's tail latency (its 99th percentile, the slowest op with few ops) above
+//!   `recovery_latency_ratio_percent` of the client's usual tail (the fifth best tick of the
+//!   last [`BASELINE_WINDOW`]): the rate halves;
+//! - otherwise it grows by `recovery_bytes_per_s_min`;
 //! - never below `recovery_bytes_per_s_min`: recovery slows, it never stops.
 //!
-//! Client ops are the reads and writes this OSD serves as a primary, timed from admission to
-//! reply. The settings come from the cluster map, so `basalt config set` changes them live.
+//! The tail, not the mean, is the signal: a copy delays the few client ops that meet it on the
+//! drive, which barely moves the mean. Client ops are the reads and writes this OSD serves as a
+//! primary, timed from admission to reply. The settings come from the cluster map, so
+//! `basalt config set` changes them live.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, VecDeque};
@@ -25,8 +28,13 @@ use tokio::time::Instant;
 
 /// How often the controller sets the rate.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
-/// The span whose best tick is the client latency without interference.
+/// The span whose good ticks are the client's usual tail latency.
 const BASELINE_WINDOW: Duration = Duration::from_secs(30);
+/// Which of the window's ticks, best first, is the usual tail: not the very best, which noise
+/// makes too low to meet.
+const BASELINE_RANK: usize = 4;
+/// Client op latencies a tick keeps for its percentile.
+const TICK_SAMPLES_MAX: usize = 4096;
 
 /// What a copy is for, most urgent first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,9 +59,9 @@ struct State {
     in_flight: usize,
     waiting: BTreeSet<(Priority, u64)>,
     next_ticket: u64,
-    tick_ops: u64,
-    tick_latency: Duration,
-    /// Mean client latency of recent ticks that had client ops.
+    /// This tick's client op latencies (the first [`TICK_SAMPLES_MAX`]).
+    tick_latencies: Vec<Duration>,
+    /// The tail latency of recent ticks that had client ops.
     recent: VecDeque<(Instant, Duration)>,
     settings: SettingsRecord,
     /// Bytes granted since the OSD started.
@@ -101,8 +109,7 @@ impl Pacer {
                 in_flight: 0,
                 waiting: BTreeSet::new(),
                 next_ticket: 0,
-                tick_ops: 0,
-                tick_latency: Duration::ZERO,
+                tick_latencies: Vec::with_capacity(TICK_SAMPLES_MAX),
                 recent: VecDeque::new(),
                 settings,
                 granted_bytes: 0,
@@ -159,8 +166,9 @@ impl Pacer {
     /// A client op this OSD served as a primary took `latency`.
     pub(crate) fn client_op(&self, latency: Duration) {
         let mut state = self.state.borrow_mut();
-        state.tick_ops += 1;
-        state.tick_latency += latency;
+        if state.tick_latencies.len() < TICK_SAMPLES_MAX {
+            state.tick_latencies.push(latency);
+        }
     }
 
     /// Sets the rate from the last tick's client latency; `settings` are the map's now.
@@ -170,25 +178,26 @@ impl Pacer {
         state.refill(now);
         state.settings = settings.clone();
         let (max, min) = (max_rate(settings), min_rate(settings));
-        let rate = if state.tick_ops == 0 {
+        let rate = if state.tick_latencies.is_empty() {
             max
         } else {
-            let mean = state.tick_latency / state.tick_ops as u32;
-            state.recent.push_back((now, mean));
+            let tail = tail(&mut state.tick_latencies);
+            state.recent.push_back((now, tail));
             while state.recent.front().is_some_and(|(at, _)| now.duration_since(*at) > BASELINE_WINDOW) {
                 state.recent.pop_front();
             }
-            let baseline = state.recent.iter().map(|(_, mean)| *mean).min().unwrap_or(mean);
-            let limit = baseline.mul_f64(f64::from(settings.recovery_latency_ratio_percent.max(100)) / 100.0);
-            if mean > limit {
-                state.rate_bytes_per_s * 2.0 / 3.0
+            let mut ticks: Vec<Duration> = state.recent.iter().map(|(_, tail)| *tail).collect();
+            ticks.sort_unstable();
+            let usual = ticks[BASELINE_RANK.min(ticks.len() - 1)];
+            let limit = usual.mul_f64(f64::from(settings.recovery_latency_ratio_percent.max(100)) / 100.0);
+            if tail > limit {
+                state.rate_bytes_per_s / 2.0
             } else {
-                state.rate_bytes_per_s + max / 20.0
+                state.rate_bytes_per_s + min
             }
         };
         state.rate_bytes_per_s = rate.clamp(min, max);
-        state.tick_ops = 0;
-        state.tick_latency = Duration::ZERO;
+        state.tick_latencies.clear();
         drop(state);
         self.changed.notify_waiters();
     }
@@ -204,10 +213,18 @@ impl State {
     fn refill(&mut self, now: Instant) {
         let elapsed = now.duration_since(self.refilled_at).as_secs_f64();
         self.refilled_at = now;
-        // At most a tenth of a second's worth saved up: a burst after an idle spell stays small.
-        let burst = self.rate_bytes_per_s / 10.0;
+        // At most 20 ms worth saved up: copies go out spread, not in bursts that queue up
+        // before clients' ops on the drive.
+        let burst = self.rate_bytes_per_s / 50.0;
         self.tokens = (self.tokens + elapsed * self.rate_bytes_per_s).min(burst);
     }
+}
+
+/// The 99th percentile of `latencies` (the slowest when there are fewer than 100).
+fn tail(latencies: &mut [Duration]) -> Duration {
+    latencies.sort_unstable();
+    let rank = (latencies.len() * 99).div_ceil(100).saturating_sub(1);
+    latencies[rank]
 }
 
 fn max_rate(settings: &SettingsRecord) -> f64 {
@@ -237,30 +254,35 @@ mod tests {
         let pacer = Pacer::new(settings());
         let settings = settings();
         assert_eq!(pacer.figures().0, 100 << 20, "idle clients: full speed");
+        let tick = |tail_us: u64| {
+            // 200 ops, the three slowest at `tail_us`: the tick's 99th percentile.
+            for op in 0..200 {
+                pacer.client_op(Duration::from_micros(if op < 197 { 150 } else { tail_us }));
+            }
+            pacer.tick(&settings);
+        };
         // A steady client latency: the rate stays at the maximum.
         for _ in 0..10 {
-            pacer.client_op(Duration::from_micros(200));
-            pacer.tick(&settings);
+            tick(200);
         }
         assert_eq!(pacer.figures().0, 100 << 20);
-        // Latency triples: the rate falls, tick after tick, to the minimum and no further.
+        // The tail triples while the mean barely moves: the rate halves, tick after tick, to
+        // the minimum and no further.
         let mut last = pacer.figures().0;
-        for _ in 0..5 {
-            pacer.client_op(Duration::from_micros(600));
-            pacer.tick(&settings);
+        for _ in 0..4 {
+            tick(600);
             let rate = pacer.figures().0;
-            assert!(rate < last, "{rate} after {last}");
+            assert_eq!(rate, last / 2);
             last = rate;
         }
-        for _ in 0..30 {
-            pacer.client_op(Duration::from_micros(600));
-            pacer.tick(&settings);
+        for _ in 0..10 {
+            tick(600);
         }
         assert_eq!(pacer.figures().0, 4 << 20, "never below the minimum");
-        // Latency back to normal: the rate climbs again; clients gone: full speed at once.
-        pacer.client_op(Duration::from_micros(200));
-        pacer.tick(&settings);
-        assert!(pacer.figures().0 > 4 << 20);
+        // The tail back to normal: the rate climbs by the minimum per tick; clients gone: full
+        // speed at once.
+        tick(200);
+        assert_eq!(pacer.figures().0, 8 << 20);
         pacer.tick(&settings);
         assert_eq!(pacer.figures().0, 100 << 20);
     }
@@ -307,8 +329,8 @@ mod tests {
         for _ in 0..20 {
             drop(pacer.admit(Priority::Degraded, 1 << 20).await);
         }
-        // 20 MiB at 10 MiB/s, less the first tenth of a second's burst.
+        // 20 MiB at 10 MiB/s, the first one at once.
         let elapsed = started.elapsed();
-        assert!(elapsed >= Duration::from_millis(1800) && elapsed <= Duration::from_millis(2100), "{elapsed:?}");
+        assert!(elapsed >= Duration::from_millis(1850) && elapsed <= Duration::from_millis(2000), "{elapsed:?}");
     }
 }

@@ -54,6 +54,9 @@ pub(crate) struct Active {
     /// Acting members whose lists peering did not get: what they lack is not known yet, so no
     /// write goes to them until recovery has listed them.
     pub(crate) unlisted: BTreeSet<u32>,
+    /// Versions some member may remember of an object (a copy it deleted or discarded) above
+    /// what this OSD holds: the object's next write must go above them.
+    pub(crate) floors: BTreeMap<ObjectId, u64>,
 }
 
 impl Active {
@@ -98,6 +101,12 @@ impl Active {
         } else {
             Priority::Misplaced
         }
+    }
+
+    /// The next write of `object` must go above `version`.
+    pub(crate) fn raise_floor(&mut self, object: ObjectId, version: u64) {
+        let floor = self.floors.entry(object).or_default();
+        *floor = (*floor).max(version);
     }
 
     /// The members that still need `object`.
@@ -297,6 +306,7 @@ mod tests {
             history_revision: 0,
             missing: BTreeMap::new(),
             unlisted: BTreeSet::new(),
+            floors: BTreeMap::new(),
         }
     }
 

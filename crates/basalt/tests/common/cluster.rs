@@ -173,6 +173,20 @@ pub fn finish_fio(fio: std::process::Child, across: &str) {
     assert!(output.status.success() && text.contains("err= 0"), "fio failed {across}: {text}");
 }
 
+/// [`finish_fio`], failing the test if fio has not finished within `limit` (ops stuck for good).
+pub fn finish_fio_within(mut fio: std::process::Child, across: &str, limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while fio.try_wait().expect("poll fio").is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = fio.kill();
+            let output = fio.wait_with_output().expect("wait for fio");
+            panic!("fio did not finish within {limit:?} {across}: {}", String::from_utf8_lossy(&output.stdout));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    finish_fio(fio, across);
+}
+
 pub fn run_fio(dir: &std::path::Path, size: &str, seed: u32, extra: &[&str]) {
     finish_fio(start_fio(dir, size, seed, extra), "with every OSD up");
 }

@@ -214,7 +214,19 @@ impl Osd {
                 }
             }
         }
-        Ok(Active { acting, target, history, history_revision, missing, unlisted })
+        // A discarded copy was deleted one above the version it held: the object's next write
+        // goes above that.
+        let floors = plan
+            .discard
+            .values()
+            .flatten()
+            .map(|&(object, held)| (object, held + 1))
+            .fold(BTreeMap::new(), |mut floors: BTreeMap<ObjectId, u64>, (object, floor)| {
+                let entry = floors.entry(object).or_default();
+                *entry = (*entry).max(floor);
+                floors
+            });
+        Ok(Active { acting, target, history, history_revision, missing, unlisted, floors })
     }
 
     /// The PgStates reply: every PG this OSD leads, as far as one reply holds.

@@ -173,8 +173,21 @@ impl Osd {
             }
             other => other,
         };
-        self.push_before_write(state, object).await?;
-        let version = mint_version(epoch, known);
+        // A whole-object write needs no copy first: it replaces whatever a member holds.
+        let whole = matches!(&mutation, Mutation::Write { offset_bytes: 0, data } if data.len() == self.object_size_bytes as usize);
+        if !whole {
+            match self.push_before_write(state, object).await {
+                Err(OpError::CopyRefused { .. }) => {
+                    // A member remembers a newer version than this OSD holds: rewrite the object
+                    // everywhere above it, then apply this write.
+                    self.rewrite_held(state, object).await?;
+                    return Box::pin(self.replicate_held(state, object, mutation)).await;
+                }
+                other => other?,
+            }
+        }
+        let floor = state.with_active(|active| active.floors.get(&object).copied()).flatten();
+        let version = mint_version(epoch, known.max(floor));
         let deleting = matches!(mutation, Mutation::Delete);
         let (local, remote) = match mutation {
             Mutation::Write { offset_bytes, data } => (
@@ -212,7 +225,22 @@ impl Osd {
             return Err(OpError::WrongEpoch { ours: self.current_epoch(pg), theirs: epoch });
         };
         for ((osd, _), result) in secondaries.iter().zip(remotes) {
-            secondary_outcome(*osd, epoch, result)?;
+            let outcome = secondary_outcome(*osd, epoch, result);
+            if let Err(OpError::SecondaryFailed { status: Status::Busy, .. }) = &outcome {
+                // It may remember a newer version of the object than this one (a copy it
+                // deleted): the retry mints above.
+                state.with_active(|active| active.raise_floor(object, version));
+            }
+            outcome?;
+        }
+        if whole {
+            // Every member holds the object now, whatever it lacked before.
+            state.with_active(|active| {
+                for member in active.missing_object(object) {
+                    recovery::forget(active, member, object);
+                }
+                active.floors.remove(&object);
+            });
         }
         // Nothing is acknowledged once the PG moved on or the lease may have run out, even if
         // it is durable.

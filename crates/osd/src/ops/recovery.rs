@@ -9,11 +9,14 @@ use std::time::{Duration, Instant};
 
 use cluster::peering::{History, Interval};
 use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest};
-use wire::{Opcode, PgId, Request, Response};
+use wire::{Opcode, PgId, Request, Response, Status};
 
 use super::{OpError, Osd};
 use crate::pg_history::{self, Written};
 use crate::pg_state::{same_members, Active, Pg};
+
+/// How a refused copy's error starts: the member holds, or remembers, a newer version.
+pub(super) const REFUSED: &str = "refused: the member holds a newer version of ";
 
 /// The pause before recovery tries a member again after a failure.
 const RECOVERY_RETRY: Duration = Duration::from_millis(200);
@@ -85,11 +88,27 @@ impl Osd {
         let reply = self.peers.call(member, address, epoch, request).await?;
         match reply.response {
             Response::SecWrite => Ok(()),
+            Response::Failed { status: Status::Busy, opcode: Opcode::SecWrite } => {
+                Err(format!("{}{object} at version {version:#x}", REFUSED))
+            }
             Response::Failed { status, opcode: Opcode::SecWrite } => {
                 Err(format!("osd.{member} failed the copy of {object}: {status}"))
             }
             other => Err(format!("osd.{member} answered the copy of {object} with {other:?}")),
         }
+    }
+
+    /// Rewrites `object`, whole, on every member at a new version above everything a member
+    /// may remember of it: for a copy a member refused because it remembers a newer version
+    /// (a copy it deleted at one version above the one it held, `stray.rs`, or discarded in
+    /// peering). The caller holds the object's write queue.
+    pub(super) async fn rewrite_held(self: &Rc<Self>, state: &Rc<Pg>, object: ObjectId) -> Result<(), OpError> {
+        let known = self.engine.with(|engine| engine.object_version(object)).unwrap_or(0);
+        // A member deleted a copy it held at most at the PG's newest version, one above it.
+        state.with_active(|active| active.raise_floor(object, known + 1));
+        let data = self.read(object, 0, self.object_size_bytes).await?.1;
+        tracing::info!(osd = self.id, pg = %state.id, %object, "rewriting an object a member refused at its version");
+        Box::pin(self.replicate_held(state, object, super::primary::Mutation::Write { offset_bytes: 0, data })).await
     }
 
     /// Deletes `member`'s copy of `object`, held at version `held`, with a version just above it:
@@ -127,9 +146,11 @@ impl Osd {
         for member in members {
             let map = self.map.borrow().clone();
             let address = map.address(member).ok_or(OpError::MemberDown { osd: member })?.to_string();
-            self.push_held(state.id, state.epoch, member, &address, object)
-                .await
-                .map_err(|reason| OpError::SecondaryUnreachable { osd: member, reason })?;
+            match self.push_held(state.id, state.epoch, member, &address, object).await {
+                Ok(()) => {}
+                Err(reason) if reason.starts_with(REFUSED) => return Err(OpError::CopyRefused { osd: member, reason }),
+                Err(reason) => return Err(OpError::SecondaryUnreachable { osd: member, reason }),
+            }
             state.with_active(|active| forget(active, member, object));
         }
         Ok(())
@@ -214,7 +235,7 @@ impl Osd {
     }
 
     /// One round: lists one unlisted member or copies one object. `Ok(true)` when nothing is left.
-    async fn recover_step(&self, state: &Rc<Pg>, copied_bytes: &mut u64) -> Result<bool, String> {
+    async fn recover_step(self: &Rc<Self>, state: &Rc<Pg>, copied_bytes: &mut u64) -> Result<bool, String> {
         let pg = state.id;
         let next = state.with_active(|active| {
             if let Some(&member) = active.unlisted.first() {
@@ -252,7 +273,13 @@ impl Osd {
                 // A client's write may have copied it meanwhile.
                 let still_missing = state.with_active(|active| active.missing_object(object).contains(&member));
                 if still_missing == Some(true) {
-                    self.push_held(pg, state.epoch, member, &address, object).await?;
+                    match self.push_held(pg, state.epoch, member, &address, object).await {
+                        Ok(()) => {}
+                        Err(reason) if reason.starts_with(REFUSED) => {
+                            self.rewrite_held(state, object).await.map_err(|error| error.to_string())?;
+                        }
+                        Err(reason) => return Err(reason),
+                    }
                     *copied_bytes += u64::from(self.object_size_bytes);
                     state.with_active(|active| forget(active, member, object));
                 }
@@ -287,7 +314,7 @@ impl Osd {
 }
 
 /// `member` holds `object` now.
-fn forget(active: &mut Active, member: u32, object: ObjectId) {
+pub(super) fn forget(active: &mut Active, member: u32, object: ObjectId) {
     if let Some(objects) = active.missing.get_mut(&member) {
         objects.remove(&object);
     }
