@@ -69,7 +69,9 @@ eta_report() { # LABEL COPY_END SETTLED [FILE]
         }' "${4:-$D/eta.txt}"
 }
 # When the backlog in a sample FILE first reached zero after it began.
-copy_end() { awk -F'\t' '$2 > 0 && !s { s = $1 } s && $2 == 0 && !e { e = $1 } END { print e }' "$1"; }
+copy_end() { # FILE SETTLED
+    awk -v end="$2" -F'\t' '$2 > 0 && !s { s = $1 } s && $2 == 0 && !e { e = $1 } END { print (e ? e : end) }' "$1"
+}
 # Waits (10 s at most) until some PG is moving.
 until_moving() {
     for _ in $(seq 100); do
@@ -102,8 +104,10 @@ until_moving
 sample_until_settled "$D/eta.txt"
 finished=$(now)
 moved=$(( $(copied_bytes) - before ))
-# The copy itself: from the first sample with a backlog to the first without one after it.
-read -r copy_start copy_end < <(awk -F'\t' '$2 > 0 && !s { s = $1 } s && $2 == 0 && !e { e = $1 } END { print s, e }' "$D/eta.txt")
+# The copy itself: from the first sample with a backlog to the first without one after it (or
+# to the end, when every PG settled before a sample saw the backlog empty).
+read -r copy_start copy_end < <(awk -v end="$finished" -F'\t' '$2 > 0 && !s { s = $1 } s && $2 == 0 && !e { e = $1 }
+    END { print s, (e ? e : end) }' "$D/eta.txt")
 copy_seconds=$(echo "$copy_end - $copy_start" | bc)
 rate=$(echo "$moved / 1048576 / $copy_seconds" | bc -l)
 printf 'idle      join: %.0f MiB to the new osd, copied in %.1f s: %.0f MiB/s = %.2fx the floor; every PG on its new set %.1f s after the osd started\n' \
@@ -146,7 +150,7 @@ loaded() { # NAME RW LABEL ACTION...
     local seconds; seconds=$(echo "$end - $begin" | bc)
     printf 'loaded    %s: %.0f MiB copied in %.1f s: %.0f MiB/s\n' "$label" "$(echo "($copied1 - $copied0) / 1048576" | bc -l)" \
         "$seconds" "$(echo "($copied1 - $copied0) / 1048576 / $seconds" | bc -l)"
-    eta_report loaded "$(copy_end "$D/$name.eta")" "$end" "$D/$name.eta"
+    eta_report loaded "$(copy_end "$D/$name.eta" "$end")" "$end" "$D/$name.eta"
 }
 init_osd 4
 loaded join-read randread "a fifth osd joins under QD1 reads" run_osd 4
