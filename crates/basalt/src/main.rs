@@ -155,7 +155,12 @@ fn main() -> ExitCode {
                 )
             )
         }
-        Command::Pool(_) | Command::Pg(_) | Command::Volume(_) | Command::Status(_) | Command::Config(_) | Command::Scrub(_) => true,
+        Command::Pool(_)
+        | Command::Pg(_)
+        | Command::Volume(_)
+        | Command::Status(_)
+        | Command::Config(_)
+        | Command::Scrub(_) => true,
         _ => false,
     };
     if prints_and_exits {
@@ -168,7 +173,9 @@ fn main() -> ExitCode {
         Command::Osd(OsdArgs { command: Some(OsdCommand::Tree(args)), .. }) => cmd::osd_admin::run_tree(global, args),
         Command::Osd(OsdArgs { command: Some(OsdCommand::Stop(args)), .. }) => cmd::osd_admin::run_stop(global, args),
         Command::Osd(OsdArgs { command: Some(OsdCommand::Start(args)), .. }) => cmd::osd_admin::run_start(global, args),
-        Command::Osd(OsdArgs { command: Some(OsdCommand::Out(args)), .. }) => cmd::osd_membership::run_out(global, args),
+        Command::Osd(OsdArgs { command: Some(OsdCommand::Out(args)), .. }) => {
+            cmd::osd_membership::run_out(global, args)
+        }
         Command::Osd(OsdArgs { command: Some(OsdCommand::In(args)), .. }) => cmd::osd_membership::run_in(global, args),
         Command::Osd(OsdArgs { command: Some(OsdCommand::Reweight(args)), .. }) => {
             cmd::osd_membership::run_reweight(global, args)

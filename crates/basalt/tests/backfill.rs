@@ -144,7 +144,8 @@ fn an_osd_down_past_its_interval_is_marked_out_and_rebuilt_elsewhere() {
         // Before it is marked out: its PGs run on two copies, and the volume says so.
         let at_risk = testkit::wait_until(Duration::from_secs(6), "the volume at risk", || {
             let redundancy = volume_redundancy();
-            (redundancy["state"] == "at_risk" && redundancy["degraded_objects"].as_u64() > Some(0)).then_some(redundancy)
+            (redundancy["state"] == "at_risk" && redundancy["degraded_objects"].as_u64() > Some(0))
+                .then_some(redundancy)
         });
         eprintln!("backfill: with one OSD down: {at_risk}");
         finish_fio(writer, "across the loss and the rebuild");
@@ -156,7 +157,11 @@ fn an_osd_down_past_its_interval_is_marked_out_and_rebuilt_elsewhere() {
         wait_clean();
         assert_eq!(target_pgs(id), 0);
         let rebuilt = volume_redundancy();
-        assert_eq!((rebuilt["state"].as_str(), rebuilt["degraded_objects"].as_u64()), (Some("intact"), Some(0)), "{rebuilt}");
+        assert_eq!(
+            (rebuilt["state"].as_str(), rebuilt["degraded_objects"].as_u64()),
+            (Some("intact"), Some(0)),
+            "{rebuilt}"
+        );
         replicas_equal();
         run_fio(&dir, "64M", 24, &["--verify_only"]);
     });

@@ -105,7 +105,8 @@ fn damaged_copies_are_repaired_by_client_reads_and_by_scrub() {
         run_fio(&dir, "64M", 31, &["--verify_only"]);
 
         // One PG, one volume, and bad names.
-        let one: Value = serde_json::from_str(&cli(&["scrub", "--pg", "1.3", "--wait", "--json", "--api", API])).unwrap();
+        let one: Value =
+            serde_json::from_str(&cli(&["scrub", "--pg", "1.3", "--wait", "--json", "--api", API])).unwrap();
         assert_eq!((one["pgs_total"].as_u64(), one["found"].as_u64()), (Some(1), Some(0)), "{one}");
         let volume: Value =
             serde_json::from_str(&cli(&["scrub", "--volume", "v", "--wait", "--json", "--api", API])).unwrap();

@@ -320,13 +320,14 @@ mod tests {
         // Osd 4 joined for backfill with copies from long ago: object 0 at an old version,
         // object 3 deleted since; osd 1 and 2 are the clean set.
         let history = History { clean: Some(interval(5, &[1, 2])), intervals: vec![] };
-        let lists = listings(&[(1, &[(0, V6), (1, V5)]), (2, &[(0, V6), (1, V5)]), (4, &[(0, V5), (1, V5), (3, V6 + 9)])]);
+        let lists =
+            listings(&[(1, &[(0, V6), (1, V5)]), (2, &[(0, V6), (1, V5)]), (4, &[(0, V5), (1, V5), (3, V6 + 9)])]);
         let Decision::Plan(plan) = decide(&[1, 2, 4], 2, &history, &lists) else { panic!("a plan") };
         assert_eq!(plan.authoritative, BTreeMap::from([(object(0), V6), (object(1), V5)]));
         assert_eq!(plan.discard, BTreeMap::from([(4, vec![(object(0), V5), (object(3), V6 + 9)])]));
         assert_eq!(plan.needs[&4], [Need { object: object(0), version: V6, source: 1 }]);
         assert_eq!(plan.before_active, [1, 2]);
-        assert!(plan.discard.get(&1).is_none() && plan.needs[&1].is_empty());
+        assert!(!plan.discard.contains_key(&1) && plan.needs[&1].is_empty());
         // Without any history every member counts.
         let Decision::Plan(plan) = decide(&[1, 2, 4], 2, &History::default(), &lists) else { panic!("a plan") };
         assert_eq!(plan.authoritative[&object(3)], V6 + 9);

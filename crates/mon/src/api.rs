@@ -23,9 +23,9 @@ use serde::Deserialize;
 
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::down_report::{self, DownReport};
-use crate::{osd_admin, scrub};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
 use crate::views::{DownReportView, LocalOsdView, PgList, VolumeList, VolumeView};
+use crate::{osd_admin, scrub};
 use crate::{LocalOsdError, LocalOsds, Shared, StopRequest};
 
 /// The API's routes on top of `shared`'s store.
@@ -512,7 +512,8 @@ async fn scrub_progress(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<views::ScrubProgressView>> {
-    let id: u64 = id.parse().map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("{id:?} is not a scrub request id")))?;
+    let id: u64 =
+        id.parse().map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, format!("{id:?} is not a scrub request id")))?;
     let store = shared.store.as_ref();
     let map = cluster_watch::load(store).await?;
     Ok(Json(scrub::progress(store, &map, id).await?))

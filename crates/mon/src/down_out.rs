@@ -56,10 +56,14 @@ pub fn decide(map: &ClusterMap, down_since: &BTreeMap<u32, SystemTime>, now: Sys
         }
         let verdict = if (out_count + 1) * 4 > total {
             Verdict::Held {
-                reason: format!("{out_count} of {total} osds are out already; at most a quarter are marked out automatically"),
+                reason: format!(
+                    "{out_count} of {total} osds are out already; at most a quarter are marked out automatically"
+                ),
             }
         } else if let Some(domain) = whole_domain_down(map, osd.id) {
-            Verdict::Held { reason: format!("every osd of {domain} is down; a whole {domain} is never marked out automatically") }
+            Verdict::Held {
+                reason: format!("every osd of {domain} is down; a whole {domain} is never marked out automatically"),
+            }
         } else {
             out_count += 1;
             Verdict::MarkOut
@@ -80,7 +84,9 @@ fn whole_domain_down(map: &ClusterMap, osd: u32) -> Option<String> {
         return Some(format!("host {}", record.host));
     }
     let hosts_in_rack = map.osds.values().filter(|other| other.rack == record.rack).map(|other| &other.host);
-    if hosts_in_rack.collect::<std::collections::BTreeSet<_>>().len() > 1 && all_down(&|other| other.rack == record.rack) {
+    if hosts_in_rack.collect::<std::collections::BTreeSet<_>>().len() > 1
+        && all_down(&|other| other.rack == record.rack)
+    {
         return Some(format!("rack {}", record.rack));
     }
     None
@@ -128,7 +134,10 @@ mod tests {
         let now = SystemTime::now();
         let osds = [(1, "a", "r"), (2, "b", "r"), (3, "c", "r"), (4, "d", "r")];
         let mut cluster = map(&osds, &[1, 2, 3]);
-        assert_eq!(decide(&cluster, &down_for(&[4], 10, now), now)[&4], Verdict::Waiting { left: Duration::from_secs(50) });
+        assert_eq!(
+            decide(&cluster, &down_for(&[4], 10, now), now)[&4],
+            Verdict::Waiting { left: Duration::from_secs(50) }
+        );
         assert_eq!(decide(&cluster, &down_for(&[4], 61, now), now)[&4], Verdict::MarkOut);
         let record = cluster.osds.get_mut(&4).unwrap();
         record.out = true;

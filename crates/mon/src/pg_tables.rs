@@ -92,7 +92,9 @@ pub fn next_table(
     let same_count = previous.is_some_and(|table| table.pgs.len() == pool.pg_count as usize);
     let targets: Vec<Vec<u32>> = match (place(pool, osds, previous), previous) {
         (Ok(targets), _) => targets,
-        (Err(_), Some(previous)) if same_count => (0..previous.pgs.len()).map(|pg| previous.target(pg).to_vec()).collect(),
+        (Err(_), Some(previous)) if same_count => {
+            (0..previous.pgs.len()).map(|pg| previous.target(pg).to_vec()).collect()
+        }
         (Err(reason), _) => return TableChange::NoEligibleOsd(reason),
     };
     assert_eq!(targets.len(), pool.pg_count as usize);
@@ -102,9 +104,8 @@ pub fn next_table(
         .map(|(pg, target)| {
             let old = previous.and_then(|previous| previous.pgs.get(pg));
             let old_acting = old.map(|(_, members)| members.as_slice());
-            let done = old_acting.is_some_and(|acting| {
-                complete.contains(&pg) && target.iter().all(|osd| acting.contains(osd))
-            });
+            let done = old_acting
+                .is_some_and(|acting| complete.contains(&pg) && target.iter().all(|osd| acting.contains(osd)));
             let acting = acting_set(target, up, old_acting, done);
             let epoch = match old {
                 Some((epoch, old_acting)) if *old_acting == acting => *epoch,
@@ -266,7 +267,8 @@ mod tests {
         assert_eq!(backfilling(&second).collect::<BTreeSet<_>>(), moved);
         // Nothing changes until the PGs are complete.
         assert_eq!(next(&pool, &drained, Some(&second)), TableChange::Unchanged);
-        let third = publish(next_table(&pool, &osd_infos(&drained), &up_osds(&drained, None, false), Some(&second), &moved));
+        let third =
+            publish(next_table(&pool, &osd_infos(&drained), &up_osds(&drained, None, false), Some(&second), &moved));
         for (pg, ((epoch, old), (new_epoch, new))) in second.pgs.iter().zip(&third.pgs).enumerate() {
             assert!(!new.contains(&6), "pg {pg}");
             assert_eq!(new.len(), 3, "pg {pg}");

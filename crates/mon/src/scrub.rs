@@ -15,7 +15,11 @@ use crate::views::{PgScrubView, ScrubProgressView, ScrubRequestBody};
 const CAS_ATTEMPTS_MAX: usize = 16;
 
 /// Appends a scrub request for what `body` names; returns it.
-pub async fn request(store: &dyn MetaStore, map: &ClusterMap, body: &ScrubRequestBody) -> Result<ScrubRequest, AdminError> {
+pub async fn request(
+    store: &dyn MetaStore,
+    map: &ClusterMap,
+    body: &ScrubRequestBody,
+) -> Result<ScrubRequest, AdminError> {
     let named = [body.pool.is_some(), body.pg.is_some(), body.volume.is_some()].iter().filter(|&&named| named).count();
     if named > 1 {
         return Err(AdminError::Invalid("name at most one of pool, pg and volume".into()));
@@ -27,7 +31,10 @@ pub async fn request(store: &dyn MetaStore, map: &ClusterMap, body: &ScrubReques
         let (pool, pg) = parse_pg(text)?;
         let record = map.pools.get(&pool).ok_or_else(|| AdminError::NotFound(format!("no pool with id {pool}")))?;
         if pg >= record.pg_count {
-            return Err(AdminError::NotFound(format!("pool {} has {} PGs; there is no pg {text}", record.name, record.pg_count)));
+            return Err(AdminError::NotFound(format!(
+                "pool {} has {} PGs; there is no pg {text}",
+                record.name, record.pg_count
+            )));
         }
         (Some(pool), Some(pg), None)
     } else if let Some(name) = &body.volume {
@@ -90,15 +97,20 @@ pub async fn results(store: &dyn MetaStore) -> Result<BTreeMap<(u32, u32), PgScr
 
 /// How far request `id` got: the PGs it covers whose last scrub answered it or a later one.
 pub async fn progress(store: &dyn MetaStore, map: &ClusterMap, id: u64) -> Result<ScrubProgressView, AdminError> {
-    let request = map
-        .scrub_requests
-        .requests
-        .iter()
-        .find(|request| request.id == id)
-        .cloned()
-        .ok_or_else(|| AdminError::NotFound(format!("no scrub request {id} (the last {} are kept)", ScrubRequestsRecord::REQUESTS_MAX)))?;
+    let request = map.scrub_requests.requests.iter().find(|request| request.id == id).cloned().ok_or_else(|| {
+        AdminError::NotFound(format!("no scrub request {id} (the last {} are kept)", ScrubRequestsRecord::REQUESTS_MAX))
+    })?;
     let results = results(store).await?;
-    let mut view = ScrubProgressView { id, pgs_total: 0, pgs_done: 0, objects: 0, found: 0, repaired: 0, unrepairable: 0, pgs: Vec::new() };
+    let mut view = ScrubProgressView {
+        id,
+        pgs_total: 0,
+        pgs_done: 0,
+        objects: 0,
+        found: 0,
+        repaired: 0,
+        unrepairable: 0,
+        pgs: Vec::new(),
+    };
     for pool in map.pools.values() {
         for pg in 0..pool.pg_count {
             if !request.covers(pool.id, pg) {

@@ -489,7 +489,8 @@ fn scrub_summary(pgs: &[PgView]) -> ScrubSummary {
         summary.found += scrub.found;
         summary.repaired += scrub.repaired;
         summary.unrepairable += scrub.unrepairable;
-        summary.oldest_unix_s = Some(summary.oldest_unix_s.map_or(scrub.finished_unix_s, |t| t.min(scrub.finished_unix_s)));
+        summary.oldest_unix_s =
+            Some(summary.oldest_unix_s.map_or(scrub.finished_unix_s, |t| t.min(scrub.finished_unix_s)));
     }
     summary
 }

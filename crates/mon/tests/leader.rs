@@ -69,7 +69,8 @@ async fn tables_follow_the_osd_map_and_epochs_move_only_for_changed_pgs() {
     set_live(store.as_ref(), 2, false).await;
     let (_, status) = http(mon.api_address(), "GET", "/status", None).await;
     assert_eq!(status["pgs"]["inactive"], 32, "{status}");
-    let empty = wait_for_table(store.as_ref(), pool_id, "no acting member", |t| t.pgs.iter().all(|(_, m)| m.is_empty())).await;
+    let empty =
+        wait_for_table(store.as_ref(), pool_id, "no acting member", |t| t.pgs.iter().all(|(_, m)| m.is_empty())).await;
     assert_eq!(empty.table_epoch, fourth.table_epoch + 1);
 
     // Everything back: osd 4, marked out by the mon, comes back in and takes PGs again; the

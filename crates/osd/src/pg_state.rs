@@ -335,7 +335,8 @@ mod tests {
         assert!(!alone.recorded(4));
         // Backfill: osd 4 joined the target, osd 3 left it but still serves; complete once osd 4
         // holds everything, and then its record names all four.
-        let mut backfill = active(&[1, 2, 3, 4], &[1, 2, 4], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
+        let mut backfill =
+            active(&[1, 2, 3, 4], &[1, 2, 4], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
         assert!(backfill.recorded(2), "the clean set is acting");
         backfill.missing.insert(4, BTreeMap::from([(ObjectId { inode: 1, stripe: 0 }, 7)]));
         assert!(!backfill.clean());

@@ -147,7 +147,8 @@ pub(crate) async fn ensure_record(store: &dyn MetaStore, id: u32, identity: &Ide
             }
             Some(kv) => {
                 let current: OsdRecord = decode(&osd_key, &kv.value)?;
-                let wanted = OsdRecord { out: current.out, auto_out: current.auto_out, ..record(id, identity, current.weight) };
+                let wanted =
+                    OsdRecord { out: current.out, auto_out: current.auto_out, ..record(id, identity, current.weight) };
                 if current == wanted {
                     return Ok(());
                 }

@@ -66,13 +66,17 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
                         members(&pg.target),
                         pg.objects_left.to_string(),
                         pg.scrub.as_ref().map_or("-".into(), |scrub| {
-                            format!("{} found, {} repaired, {} unrepairable", scrub.found, scrub.repaired, scrub.unrepairable)
+                            format!(
+                                "{} found, {} repaired, {} unrepairable",
+                                scrub.found, scrub.repaired, scrub.unrepairable
+                            )
                         }),
                         pg.reason.clone().unwrap_or_else(|| "-".into()),
                     ]
                 })
                 .collect();
-            let headers = ["PG", "STATE", "EPOCH", "PRIMARY", "ACTING", "TARGET", "OBJECTS_LEFT", "LAST_SCRUB", "REASON"];
+            let headers =
+                ["PG", "STATE", "EPOCH", "PRIMARY", "ACTING", "TARGET", "OBJECTS_LEFT", "LAST_SCRUB", "REASON"];
             print_table(&headers, &rows);
         }
     }

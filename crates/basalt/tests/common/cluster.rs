@@ -28,7 +28,14 @@ pub struct Cluster {
 
 impl Cluster {
     /// A mon, `osd_count` OSDs on hosts of their own, one pool and a volume `v` served over NBD.
-    pub fn start(store: Store, name: &str, osd_count: usize, replicas: u32, min_size: u32, volume_size: &str) -> Cluster {
+    pub fn start(
+        store: Store,
+        name: &str,
+        osd_count: usize,
+        replicas: u32,
+        min_size: u32,
+        volume_size: &str,
+    ) -> Cluster {
         testkit::netns::enter_new();
         let scratch = Scratch::new(name);
         let dir = scratch.path();
@@ -117,10 +124,8 @@ pub fn pgs() -> Vec<Value> {
 pub fn wait_clean() {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let not_clean: Vec<Value> = pgs()
-            .into_iter()
-            .filter(|pg| pg["state"] != "clean" || !same_set(&pg["acting"], &pg["target"]))
-            .collect();
+        let not_clean: Vec<Value> =
+            pgs().into_iter().filter(|pg| pg["state"] != "clean" || !same_set(&pg["acting"], &pg["target"])).collect();
         if not_clean.is_empty() {
             return;
         }
@@ -269,4 +274,3 @@ pub fn replicas_equal() {
 pub fn isolated(test: impl FnOnce() + Send + 'static) {
     std::thread::spawn(test).join().expect("the test thread");
 }
-

@@ -76,11 +76,9 @@ impl Role {
             | Request::SecRead { .. }
             | Request::SecList { .. } => Role::Secondary,
             Request::ObjectInfo { .. } => Role::Admin,
-            Request::Flush
-            | Request::Ping
-            | Request::Space
-            | Request::PgStates
-            | Request::VolumeRedundancy { .. } => Role::Connection,
+            Request::Flush | Request::Ping | Request::Space | Request::PgStates | Request::VolumeRedundancy { .. } => {
+                Role::Connection
+            }
         }
     }
 }

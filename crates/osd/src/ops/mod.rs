@@ -221,7 +221,12 @@ impl Osd {
             let (rate, granted) = self.pacer.figures();
             if logged.0.elapsed() >= Duration::from_secs(10) && granted != logged.1 {
                 let copied = granted - logged.1;
-                tracing::info!(osd = self.id, rate_bytes_per_s = rate, copied_bytes = copied, "background copies paced");
+                tracing::info!(
+                    osd = self.id,
+                    rate_bytes_per_s = rate,
+                    copied_bytes = copied,
+                    "background copies paced"
+                );
                 logged = (tokio::time::Instant::now(), granted);
             }
         }

@@ -216,16 +216,14 @@ impl Osd {
         }
         // A discarded copy was deleted one above the version it held: the object's next write
         // goes above that.
-        let floors = plan
-            .discard
-            .values()
-            .flatten()
-            .map(|&(object, held)| (object, held + 1))
-            .fold(BTreeMap::new(), |mut floors: BTreeMap<ObjectId, u64>, (object, floor)| {
+        let floors = plan.discard.values().flatten().map(|&(object, held)| (object, held + 1)).fold(
+            BTreeMap::new(),
+            |mut floors: BTreeMap<ObjectId, u64>, (object, floor)| {
                 let entry = floors.entry(object).or_default();
                 *entry = (*entry).max(floor);
                 floors
-            });
+            },
+        );
         Ok(Active { acting, target, history, history_revision, missing, unlisted, floors })
     }
 
@@ -256,7 +254,8 @@ impl Osd {
             let Some(state) = self.pgs.get(PgId { pool, pg }) else { continue };
             objects += held.len() as u64;
             let degraded = state.with_active(|active| {
-                let whole = active.target.iter().any(|osd| !active.acting.contains(osd) || active.unlisted.contains(osd));
+                let whole =
+                    active.target.iter().any(|osd| !active.acting.contains(osd) || active.unlisted.contains(osd));
                 if whole {
                     return held.len();
                 }

@@ -33,7 +33,10 @@ const ERRORS_KEPT_MAX: usize = 8;
 /// One member's copy of an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Copy {
-    Held { version: u64, crc32c: u32 },
+    Held {
+        version: u64,
+        crc32c: u32,
+    },
     Missing,
     /// Its checksums fail, or the drive failed the read.
     Unreadable,
@@ -44,7 +47,10 @@ pub(crate) enum Copy {
 pub(crate) enum Verdict {
     Consistent,
     /// Rewrite every member from `source`'s copy; `bad` are the members whose copy is wrong.
-    Repair { source: u32, bad: Vec<u32> },
+    Repair {
+        source: u32,
+        bad: Vec<u32>,
+    },
     /// No member holds a readable copy although some hold one.
     Unrepairable,
 }
@@ -173,7 +179,8 @@ impl Osd {
         let mut tally = Tally::default();
         for object in objects {
             self.still_current(state)?;
-            let _permit = self.pacer.admit(Priority::Scrub, u64::from(self.object_size_bytes) * acting.len() as u64).await;
+            let _permit =
+                self.pacer.admit(Priority::Scrub, u64::from(self.object_size_bytes) * acting.len() as u64).await;
             tally.objects += 1;
             // A first look without the object's queue; a disagreement is confirmed under it, so a
             // write in flight is never taken for damage.
@@ -266,8 +273,7 @@ impl Osd {
     async fn fetch(&self, state: &Rc<Pg>, member: u32, object: ObjectId) -> Result<Bytes, String> {
         let map = self.map.borrow().clone();
         let address = map.address(member).ok_or_else(|| format!("osd.{member} is down"))?;
-        let request =
-            Request::SecRead { pg: state.id, object, offset_bytes: 0, length_bytes: self.object_size_bytes };
+        let request = Request::SecRead { pg: state.id, object, offset_bytes: 0, length_bytes: self.object_size_bytes };
         match self.peers.call(member, address, state.epoch, request).await?.response {
             Response::SecRead { data, .. } if data.len() == self.object_size_bytes as usize => Ok(data),
             other => Err(format!("osd.{member} answered the read of {object} with {other:?}")),
