@@ -317,3 +317,69 @@ async fn deletion_progress_shows_until_the_reaper_is_done() {
         .await;
     mon.shutdown().await;
 }
+
+/// Membership, settings and scrub requests: what each accepts, and a named 4xx for the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_settings_and_scrub_requests_are_checked() {
+    let (store, _dir) = embedded_store().await;
+    live_osds(store.as_ref(), 1..=4).await;
+    let mon = start_mon(&store, config("mon-a"), None).await;
+    let api = mon.api_address();
+    let (status, _) = http(api, "POST", "/pools", Some(json!({"name": "p", "pg_count": 8}))).await;
+    assert_eq!(status, 201);
+    wait_for_table(store.as_ref(), 1, "the first table", |_| true).await;
+
+    // Out, in, reweight.
+    let (status, osd) = http(api, "POST", "/osds/4/out", None).await;
+    assert_eq!((status, &osd["out"]), (200, &json!(true)), "{osd}");
+    wait_for_table(store.as_ref(), 1, "no target on osd 4", |table| (0..8).all(|pg| !table.target(pg).contains(&4)))
+        .await;
+    let (status, osd) = http(api, "POST", "/osds/4/in", None).await;
+    assert_eq!((status, &osd["out"]), (200, &json!(false)), "{osd}");
+    let (status, osd) = http(api, "POST", "/osds/3/reweight", Some(json!({"weight": 0.5}))).await;
+    assert_eq!((status, &osd["weight"]), (200, &json!(0.5)), "{osd}");
+    check(api, "POST", "/osds/3/reweight", Some(json!({"weight": -1})), 400, "weight -1 is not between 0 and 100")
+        .await;
+    check(api, "POST", "/osds/3/reweight", Some(json!({"weight": 1000})), 400, "is not between 0 and 100").await;
+    check(api, "POST", "/osds/9/out", None, 404, "osd.9 does not exist").await;
+    check(api, "POST", "/osds/x/out", None, 400, "not an OSD id").await;
+    check(api, "DELETE", "/osds/1", None, 409, "is up; stop it first").await;
+    check(api, "DELETE", "/osds/9", None, 404, "osd.9 does not exist").await;
+    check(api, "DELETE", "/osds/1?force=maybe", None, 400, "force").await;
+
+    // Settings.
+    let (status, settings) = http(api, "GET", "/config", None).await;
+    assert_eq!((status, &settings["down_out_interval_s"]), (200, &json!(600)), "{settings}");
+    let change = json!({"recovery_bytes_per_s_min": 1 << 20, "scrub_interval_s": 3600});
+    let (status, settings) = http(api, "PATCH", "/config", Some(change)).await;
+    assert_eq!(
+        (status, &settings["recovery_bytes_per_s_min"], &settings["scrub_interval_s"]),
+        (200, &json!(1 << 20), &json!(3600))
+    );
+    check(
+        api,
+        "PATCH",
+        "/config",
+        Some(json!({"recovery_in_flight_max": 0})),
+        400,
+        "recovery_in_flight_max 0 is not between 1",
+    )
+    .await;
+    check(api, "PATCH", "/config", Some(json!({"down_out_interval_s": 1_u64 << 40})), 400, "down_out_interval_s").await;
+    check(api, "PATCH", "/config", Some(json!({"nonsense": 1})), 400, "nonsense").await;
+
+    // Scrub requests.
+    let (status, scrub) = http(api, "POST", "/scrub", Some(json!({"pg": "1.3"}))).await;
+    assert_eq!((status, &scrub["pgs_total"], &scrub["pgs_done"]), (202, &json!(1), &json!(0)), "{scrub}");
+    let id = scrub["id"].as_u64().unwrap();
+    let (status, again) = http(api, "GET", &format!("/scrub/{id}"), None).await;
+    assert_eq!((status, &again["id"]), (200, &json!(id)), "{again}");
+    let (status, all) = http(api, "POST", "/scrub", Some(json!({}))).await;
+    assert_eq!((status, &all["pgs_total"], &all["id"]), (202, &json!(8), &json!(id + 1)), "{all}");
+    check(api, "POST", "/scrub", Some(json!({"pg": "1.8"})), 404, "pool p has 8 PGs").await;
+    check(api, "POST", "/scrub", Some(json!({"pg": "three"})), 400, "is not a pg").await;
+    check(api, "POST", "/scrub", Some(json!({"pool": "p", "volume": "v"})), 400, "at most one").await;
+    check(api, "POST", "/scrub", Some(json!({"volume": "v"})), 404, "no volume named").await;
+    check(api, "GET", "/scrub/99", None, 404, "no scrub request 99").await;
+    mon.shutdown().await;
+}
