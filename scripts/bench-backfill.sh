@@ -16,6 +16,8 @@
 # Usage: scripts/bench-backfill.sh [DIR]      (as root: it creates a network namespace)
 # Env:   BASALT_BIN   the basalt binary (default: built with cargo --release)
 #        VOLUME=1G    the volume;  OSD_SIZE=3G  each OSD's file
+#        MIN_RATE     bytes per second: `basalt config set recovery_bytes_per_s_min` first (default: the cluster's)
+#        LOADED_SCRUB=1   0 skips the scrub under load (the longest phase)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/basalt-bin.sh
@@ -23,9 +25,9 @@ cd "$(dirname "$0")/.."
 dir=${1:-/var/tmp}/bench-backfill
 rm -rf "$dir"; mkdir -p "$dir"
 echo "bench-backfill $(date -u +%F) $(git rev-parse --short HEAD) volume ${VOLUME:-1G}"
-unshare -n bash -s "$basalt" "$dir" "${VOLUME:-1G}" "${OSD_SIZE:-3G}" <<'EOF'
+unshare -n bash -s "$basalt" "$dir" "${VOLUME:-1G}" "${OSD_SIZE:-3G}" "${MIN_RATE:-}" "${LOADED_SCRUB:-1}" <<'EOF'
 set -euo pipefail
-B=$1 D=$2 VOLUME=$3 OSD_SIZE=$4 API=127.0.0.1:8080 NBD=nbd://127.0.0.1:10809/v
+B=$1 D=$2 VOLUME=$3 OSD_SIZE=$4 MIN_RATE=$5 LOADED_SCRUB=$6 API=127.0.0.1:8080 NBD=nbd://127.0.0.1:10809/v
 ip link set lo up
 pids=()
 trap 'kill -9 "${pids[@]}" 2>/dev/null' EXIT
@@ -81,6 +83,8 @@ until_moving() {
 }
 for i in 0 1 2; do init_osd $i; run_osd $i; done
 until [[ $(up_count) == 3 ]]; do sleep 0.2; done
+if [[ -n $MIN_RATE ]]; then "$B" -q config set recovery_bytes_per_s_min "$MIN_RATE" --api $API >/dev/null; fi
+"$B" config get --api $API | grep recovery_bytes_per_s_min
 "$B" pool create p --replicas 3 --min-size 2 --pgs 64 --api $API >/dev/null
 "$B" volume create v --size "$VOLUME" --pool p --api $API >/dev/null
 "$B" nbd --api $API >"$D/nbd.log" 2>&1 & pids+=($!)
@@ -167,6 +171,7 @@ seconds=$(echo "$(now) - $begin" | bc)
 object_bytes=$("$B" volume info v --json --api $API | jq '.object_size_bytes')
 printf 'scrub     idle: %d objects × 3 copies in %.1f s: %.0f MiB/s read\n' "$objects" "$seconds" \
     "$(echo "$objects * 3 * $object_bytes / 1048576 / $seconds" | bc -l)"
+if [[ $LOADED_SCRUB == 0 ]]; then exit 0; fi
 fio --name=scrub-read --ioengine=nbd --uri=$NBD --rw=randread --bs=4k --iodepth=1 --size="$VOLUME" --time_based \
     --runtime=600 --output-format=json --output="$D/scrub-read.json" &
 job=$!

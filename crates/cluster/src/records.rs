@@ -226,7 +226,7 @@ impl Default for SettingsRecord {
             version: FORMAT_VERSION,
             down_out_interval_s: 600,
             recovery_bytes_per_s_max: 2 << 30,
-            recovery_bytes_per_s_min: 2 << 20,
+            recovery_bytes_per_s_min: 1 << 20,
             recovery_latency_ratio_percent: 150,
             recovery_in_flight_max: 8,
             scrub_interval_s: 7 * 24 * 3600,
