@@ -22,6 +22,22 @@ pub(super) const REFUSED: &str = "refused: the member holds a newer version of "
 const RECOVERY_RETRY: Duration = Duration::from_millis(200);
 
 impl Osd {
+    /// `member`'s whole copy of `object` and its version.
+    pub(super) async fn read_member_copy(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        member: u32,
+        address: &str,
+        object: ObjectId,
+    ) -> Result<(u64, bytes::Bytes), String> {
+        let request = Request::SecRead { pg, object, offset_bytes: 0, length_bytes: self.object_size_bytes };
+        match self.peers.call(member, address, epoch, request).await?.response {
+            Response::SecRead { version, data } if data.len() == self.object_size_bytes as usize => Ok((version, data)),
+            other => Err(format!("osd.{member} answered a whole read of {object} with {other:?}")),
+        }
+    }
+
     /// Copies `object` from `source` to this OSD, at the version the source holds (at least
     /// `version`).
     pub(super) async fn pull(
@@ -34,18 +50,9 @@ impl Osd {
         version: u64,
     ) -> Result<(), String> {
         let _object = self.locks.write(object).await;
-        let request = Request::SecRead { pg, object, offset_bytes: 0, length_bytes: self.object_size_bytes };
-        let reply = self.peers.call(source, address, epoch, request).await?;
-        let (held, data) = match reply.response {
-            Response::SecRead { version, data } => (version, data),
-            other => return Err(format!("osd.{source} answered a read of {object} with {other:?}")),
-        };
-        if held < version || data.len() != self.object_size_bytes as usize {
-            return Err(format!(
-                "osd.{source} sent {} bytes of {object} at version {held:#x}; expected {} at {version:#x} or later",
-                data.len(),
-                self.object_size_bytes
-            ));
+        let (held, data) = self.read_member_copy(pg, epoch, source, address, object).await?;
+        if held < version {
+            return Err(format!("osd.{source} sent {object} at version {held:#x}; expected {version:#x} or later"));
         }
         let write = EngineRequest::WriteVersioned {
             object,

@@ -14,7 +14,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use cluster::records::{decode, encode, FORMAT_VERSION};
 use cluster::{keys, PgScrubRecord};
 use engine::{EngineError, ObjectId};
@@ -262,22 +261,13 @@ impl Osd {
         let data = if source == self.id {
             self.read(object, 0, self.object_size_bytes).await.map_err(|error| error.to_string())?.1
         } else {
-            self.fetch(state, source, object).await?
+            let map = self.map.borrow().clone();
+            let address = map.address(source).ok_or_else(|| format!("osd.{source} is down"))?;
+            self.read_member_copy(state.id, state.epoch, source, address, object).await?.1
         };
         let mutation = Mutation::Write { offset_bytes: 0, data };
         self.replicate_held(state, object, mutation).await.map_err(|error| format!("rewriting {object}: {error}"))?;
         Ok(true)
-    }
-
-    /// `member`'s whole copy of `object`.
-    async fn fetch(&self, state: &Rc<Pg>, member: u32, object: ObjectId) -> Result<Bytes, String> {
-        let map = self.map.borrow().clone();
-        let address = map.address(member).ok_or_else(|| format!("osd.{member} is down"))?;
-        let request = Request::SecRead { pg: state.id, object, offset_bytes: 0, length_bytes: self.object_size_bytes };
-        match self.peers.call(member, address, state.epoch, request).await?.response {
-            Response::SecRead { data, .. } if data.len() == self.object_size_bytes as usize => Ok(data),
-            other => Err(format!("osd.{member} answered the read of {object} with {other:?}")),
-        }
     }
 
     /// Stores the PG's result and remembers it.
