@@ -3,9 +3,9 @@
 //! what each member of the acting set needs, and whether the PG may activate.
 //!
 //! A pure function: the primary collects the lists and applies the plan; this decides. Every
-//! acknowledged write is on every member of the acting set that acknowledged it, so reaching one
-//! member of the clean set and of every recorded interval finds the newest version of every
-//! object a client saw written. A list that is not strictly ordered, or that names a version no
+//! acknowledged write is on every member recorded for its interval (the acting members that held
+//! every object, which every write reaches), so reaching one member of the clean set and of every
+//! recorded interval finds the newest version of every object a client saw written. A list that is not strictly ordered, or that names a version no
 //! primary of the PG could have minted yet, is the member's fault: the member counts as not
 //! reached, and the plan goes on without it.
 
@@ -335,17 +335,22 @@ mod tests {
     }
 
     /// One PG's life in a model: acting sets change at random, every change peers with `plan`
-    /// and recovers what it says, writes land on every acting member (acknowledged) or on some
-    /// (not acknowledged); at the end, any OSDs may be reached. Whenever `plan` lets the PG
-    /// activate, no acknowledged write is older than what it finds.
+    /// and brings the members it must bring up to date before activating; the others catch up
+    /// object by object in the background. Writes of an object skip the members that still lack
+    /// it, land on every other member (acknowledged) or on some (not acknowledged), and the first
+    /// acknowledged write of an epoch records its complete members unless a required set is
+    /// already made of them (the OSD's rule). At the end, any OSDs may be reached. Whenever `plan`
+    /// lets the PG activate, no acknowledged write is older than what it finds.
     #[derive(Debug, Clone)]
     enum Step {
         /// A new acting set: these target members (indexes into 0..3), in this order.
         Acting(Vec<u8>),
-        /// A write of this object, acknowledged (on every acting member).
+        /// A write of this object, acknowledged (on every member that holds it).
         Write(u8),
-        /// A write of this object that reached only the first `n` acting members.
+        /// A write of this object that reached only the first `n` members it was sent to.
         Partial(u8, u8),
+        /// The background copy of one object to a member catching up.
+        Recover(u8),
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -353,6 +358,7 @@ mod tests {
             1 => proptest::sample::subsequence(vec![0u8, 1, 2], 1..=3).prop_shuffle().prop_map(Step::Acting),
             4 => (0u8..6).prop_map(Step::Write),
             1 => (0u8..6, 1u8..3).prop_map(|(object, n)| Step::Partial(object, n)),
+            2 => (0u8..3).prop_map(Step::Recover),
         ]
     }
 
@@ -363,6 +369,8 @@ mod tests {
         history: History,
         /// What each OSD holds.
         stores: BTreeMap<u32, BTreeMap<ObjectId, u64>>,
+        /// What each acting member catching up still lacks.
+        missing: BTreeMap<u32, BTreeSet<ObjectId>>,
         /// The newest acknowledged version of each object.
         acknowledged: BTreeMap<ObjectId, u64>,
         /// Whether the current interval is recorded.
@@ -375,29 +383,49 @@ mod tests {
                 .collect()
         }
 
-        /// A new acting set: peer among its members, recover them fully, or stay inactive.
+        fn complete(&self) -> Vec<u32> {
+            self.acting.iter().copied().filter(|osd| self.missing.get(osd).is_none_or(BTreeSet::is_empty)).collect()
+        }
+
+        /// Records the PG clean when all three members are acting and complete.
+        fn record_if_clean(&mut self) {
+            if self.acting.len() == 3 && self.complete().len() == 3 {
+                self.history = History {
+                    clean: Some(Interval { epoch: self.epoch, members: self.acting.clone() }),
+                    intervals: vec![],
+                };
+                self.recorded = true;
+            }
+        }
+
+        /// A new acting set: peer among its members, bring the primary and `min_size - 1` others
+        /// up to date, leave the rest catching up; or stay inactive.
         fn change(&mut self, acting: Vec<u32>, min_size: u8) {
             self.epoch += 1;
             self.acting = acting;
             self.recorded = false;
+            self.missing.clear();
             let lists = self.lists(self.acting.iter().copied());
             let inputs =
                 Inputs { epoch: self.epoch, acting: &self.acting, min_size, history: &self.history, listings: &lists };
             self.active = match plan(&inputs) {
                 Decision::Plan(plan) => {
+                    for (osd, stale) in &plan.discard {
+                        for (object, _) in stale {
+                            self.stores.get_mut(osd).unwrap().remove(object);
+                        }
+                    }
                     for (osd, needs) in &plan.needs {
                         for need in needs {
                             assert_eq!(self.stores[&need.source].get(&need.object), Some(&need.version));
-                            self.stores.get_mut(osd).unwrap().insert(need.object, need.version);
+                            if plan.before_active.contains(osd) {
+                                self.stores.get_mut(osd).unwrap().insert(need.object, need.version);
+                            } else {
+                                self.missing.entry(*osd).or_default().insert(need.object);
+                            }
                         }
                     }
-                    if self.acting.len() == 3 {
-                        self.history = History {
-                            clean: Some(Interval { epoch: self.epoch, members: self.acting.clone() }),
-                            intervals: vec![],
-                        };
-                        self.recorded = true;
-                    }
+                    self.record_if_clean();
                     true
                 }
                 Decision::Incomplete { .. } | Decision::TooFewMembers { .. } => false,
@@ -409,18 +437,42 @@ mod tests {
                 return;
             }
             let object = object(u64::from(stripe));
-            if acknowledged && !self.recorded {
-                self.history.intervals.push(Interval { epoch: self.epoch, members: self.acting.clone() });
+            let complete = self.complete();
+            let covered = self.history.required().any(|set| set.members.iter().all(|osd| complete.contains(osd)));
+            if acknowledged && !self.recorded && !covered {
+                self.history.intervals.push(Interval { epoch: self.epoch, members: complete });
                 self.recorded = true;
             }
             let primary = self.acting[0];
             let version = mint_version(self.epoch, self.stores[&primary].get(&object).copied());
-            for osd in self.acting.iter().take(reach) {
+            let holders: Vec<u32> = self
+                .acting
+                .iter()
+                .copied()
+                .filter(|osd| !self.missing.get(osd).is_some_and(|lacks| lacks.contains(&object)))
+                .collect();
+            for osd in holders.iter().take(reach) {
                 self.stores.get_mut(osd).unwrap().insert(object, version);
             }
             if acknowledged {
                 self.acknowledged.insert(object, version);
             }
+        }
+
+        /// Copies the first object member `index` of the acting set lacks, at the primary's
+        /// version.
+        fn recover(&mut self, index: u8) {
+            let Some(&member) = self.acting.get(usize::from(index)) else { return };
+            if !self.active {
+                return;
+            }
+            let Some(object) = self.missing.get_mut(&member).and_then(|lacks| lacks.pop_first()) else { return };
+            let primary = self.acting[0];
+            match self.stores[&primary].get(&object).copied() {
+                Some(version) => self.stores.get_mut(&member).unwrap().insert(object, version),
+                None => self.stores.get_mut(&member).unwrap().remove(&object),
+            };
+            self.record_if_clean();
         }
     }
 
@@ -441,6 +493,7 @@ mod tests {
                 active: true,
                 history: History { clean: Some(Interval { epoch: 1, members: target.to_vec() }), intervals: vec![] },
                 stores: target.iter().map(|&osd| (osd, BTreeMap::new())).collect(),
+                missing: BTreeMap::new(),
                 acknowledged: BTreeMap::new(),
                 recorded: true,
             };
@@ -450,16 +503,14 @@ mod tests {
                         let acting: Vec<u32> = members.iter().map(|&index| target[usize::from(index)]).collect();
                         model.change(acting, min_size);
                     }
-                    Step::Write(stripe) => {
-                        let reach = model.acting.len();
-                        model.write(stripe, reach, true);
-                    }
+                    Step::Write(stripe) => model.write(stripe, usize::MAX, true),
                     Step::Partial(stripe, n) => {
                         let reach = usize::from(n).min(model.acting.len().saturating_sub(1));
                         if reach > 0 {
                             model.write(stripe, reach, false);
                         }
                     }
+                    Step::Recover(index) => model.recover(index),
                 }
             }
             // A last peering that reaches only some OSDs: the primary must be one of them.

@@ -71,29 +71,38 @@ impl Active {
 
     /// Whether the history already finds every write this epoch acknowledges: this epoch's set
     /// is recorded, the PG is clean (every target member gets every write), or some set peering
-    /// must already reach is part of the acting set (a write is on every acting member, so the
+    /// must already reach is made of complete members (every write reaches each of them, so the
     /// member of that set peering reaches holds it). Only otherwise does a write cost a record.
     pub(crate) fn recorded(&self, epoch: u64) -> bool {
         self.clean()
             || self.history.intervals.iter().any(|interval| interval.epoch == epoch)
-            || self.history.required().any(|set| set.members.iter().all(|osd| self.acting.contains(osd)))
+            || self.history.required().any(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
     }
 
-    /// The history with this epoch's acting set appended.
+    /// The history with this epoch's complete members appended: the members every write of
+    /// the epoch reaches. A member still catching up is left out, since a write of an object it
+    /// lacks skips it; it joins the record when the PG is recorded clean.
     pub(crate) fn with_interval(&self, epoch: u64) -> History {
         let mut history = self.history.clone();
-        history.intervals.push(Interval { epoch, members: self.acting.clone() });
+        let members: Vec<u32> = self.acting.iter().copied().filter(|&osd| self.is_complete(osd)).collect();
+        assert_eq!(members.first(), self.acting.first(), "the primary holds every object of its pg");
+        history.intervals.push(Interval { epoch, members });
         history
+    }
+
+    /// Whether acting member `osd` holds every object of the PG: listed, and lacking nothing.
+    /// Only such members get every write, so only they count toward `min_size` and are
+    /// recorded in the history. Asked on every write: no allocation.
+    pub(crate) fn is_complete(&self, osd: u32) -> bool {
+        self.acting.contains(&osd)
+            && !self.unlisted.contains(&osd)
+            && self.missing.get(&osd).is_none_or(BTreeMap::is_empty)
     }
 
     /// How urgent this PG's copies are: by how many acting members hold everything, against
     /// `min_size` and the target's size.
     pub(crate) fn priority(&self, min_size: u8) -> Priority {
-        let complete = self
-            .acting
-            .iter()
-            .filter(|osd| !self.unlisted.contains(osd) && self.missing.get(osd).is_none_or(BTreeMap::is_empty))
-            .count();
+        let complete = self.acting.iter().filter(|&&osd| self.is_complete(osd)).count();
         if complete <= usize::from(min_size) {
             Priority::AtMinSize
         } else if complete < self.target.len() {
@@ -346,5 +355,27 @@ mod tests {
         let partial = active(&[1, 2], &[1, 2, 3], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
         assert!(!partial.recorded(2));
         assert!(same_members(&[1, 2, 3], &[3, 1, 2]) && !same_members(&[1, 2], &[1, 3]));
+    }
+
+    #[test]
+    fn a_member_catching_up_is_left_out_of_the_record() {
+        // osd 3 returned after a write at epoch 2 and lacks an object: a write of that object
+        // skips it, so the record of epoch 3 names only the members that get every write.
+        let object = ObjectId { inode: 1, stripe: 0 };
+        let mut back =
+            active(&[1, 2, 3], &[1, 2, 3], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
+        back.missing.insert(3, BTreeMap::from([(object, 7)]));
+        assert!(back.is_complete(1) && back.is_complete(2) && !back.is_complete(3) && !back.is_complete(4));
+        assert!(!back.recorded(3), "the clean set includes a member that misses writes");
+        assert_eq!(back.with_interval(3).intervals, vec![interval(3, &[1, 2])]);
+        assert_eq!(back.priority(2), Priority::AtMinSize);
+        // Once it holds everything it counts again.
+        back.missing.get_mut(&3).unwrap().clear();
+        assert!(back.is_complete(3) && back.recorded(3));
+        assert_eq!(back.with_interval(3).intervals, vec![interval(3, &[1, 2, 3])]);
+        assert_eq!(back.priority(2), Priority::Misplaced);
+        // An unlisted member is not complete either.
+        back.unlisted.insert(3);
+        assert!(!back.is_complete(3));
     }
 }

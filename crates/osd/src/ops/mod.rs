@@ -67,8 +67,6 @@ pub(crate) enum OpError {
     MemberDown { osd: u32 },
     #[error("secondary osd.{osd}: {reason}")]
     SecondaryUnreachable { osd: u32, reason: String },
-    #[error("member osd.{osd} {reason}")]
-    CopyRefused { osd: u32, reason: String },
     #[error("secondary osd.{osd} is at epoch {theirs} of the pg, this osd at {ours}")]
     SecondaryAtOtherEpoch { osd: u32, theirs: u64, ours: u64 },
     #[error("secondary osd.{osd} failed the op with {status}")]
@@ -111,7 +109,6 @@ impl OpError {
             | OpError::TooFewMembers { .. }
             | OpError::MemberDown { .. }
             | OpError::SecondaryUnreachable { .. }
-            | OpError::CopyRefused { .. }
             | OpError::SecondaryAtOtherEpoch { .. }
             | OpError::SecondaryFailed { .. }
             | OpError::SecondaryAnsweredOther { .. }

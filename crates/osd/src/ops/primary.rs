@@ -105,9 +105,10 @@ impl Osd {
         }
     }
 
-    /// The write path: wait for the PG to be active, queue on the object, record the acting set
-    /// in the PG's history if it is not clean, copy the object to members that lack it, mint the
-    /// version, write everywhere, and succeed only if every member of the PG has it durable.
+    /// The write path: wait for the PG to be active, queue on the object, record the complete
+    /// members in the PG's history if it is not clean, mint the version, write on every member
+    /// that holds the object (every member for a whole-object write), and succeed only if each
+    /// of them has it durable.
     pub(super) async fn replicate(
         self: &Rc<Self>,
         pg: PgId,
@@ -154,11 +155,6 @@ impl Osd {
         if let Some(osd) = state.with_active(|active| active.unlisted.first().copied()).flatten() {
             return Err(OpError::MemberNotListed { pg, osd });
         }
-        let mut secondaries = Vec::with_capacity(members.len() - 1);
-        for &osd in &members[1..] {
-            let address = map.address(osd).ok_or(OpError::MemberDown { osd })?;
-            secondaries.push((osd, address));
-        }
         let known = self.engine.with(|engine| engine.object_version(object));
         if matches!(mutation, Mutation::Delete) && known.is_none() {
             // Never written here, so nowhere in the PG (the primary holds every object).
@@ -173,18 +169,24 @@ impl Osd {
             }
             other => other,
         };
-        // A whole-object write needs no copy first: it replaces whatever a member holds.
+        // A whole-object write replaces whatever a member holds; any other write skips the
+        // members that still lack the object (their copy would be the old one with this write on
+        // top): recovery copies it to them later, whole, at its newest version. The members
+        // that lack nothing get every write, and the history records only them.
         let whole = matches!(&mutation, Mutation::Write { offset_bytes: 0, data } if data.len() == self.object_size_bytes as usize);
-        if !whole {
-            match self.push_before_write(state, object).await {
-                Err(OpError::CopyRefused { .. }) => {
-                    // A member remembers a newer version than this OSD holds: rewrite the object
-                    // everywhere above it, then apply this write.
-                    self.rewrite_held(state, object).await?;
-                    return Box::pin(self.replicate_held(state, object, mutation)).await;
-                }
-                other => other?,
-            }
+        let (skipped, complete) = state
+            .with_active(|active| {
+                let skipped = if whole { Vec::new() } else { active.missing_object(object) };
+                (skipped, active.acting.iter().filter(|&&osd| active.is_complete(osd)).count())
+            })
+            .ok_or(OpError::PgPeering { pg, epoch })?;
+        if complete < usize::from(view.min_size.max(1)) {
+            return Err(OpError::TooFewMembers { pg, members: complete, min_size: view.min_size });
+        }
+        let mut secondaries = Vec::with_capacity(members.len() - 1);
+        for &osd in members[1..].iter().filter(|osd| !skipped.contains(osd)) {
+            let address = map.address(osd).ok_or(OpError::MemberDown { osd })?;
+            secondaries.push((osd, address));
         }
         let floor = state.with_active(|active| active.floors.get(&object).copied()).flatten();
         let version = mint_version(epoch, known.max(floor));

@@ -146,23 +146,6 @@ impl Osd {
         }
     }
 
-    /// Before a write to `object`: copies it to every member that still lacks it. The caller
-    /// holds the object's write queue.
-    pub(super) async fn push_before_write(&self, state: &Rc<Pg>, object: ObjectId) -> Result<(), OpError> {
-        let members = state.with_active(|active| active.missing_object(object)).unwrap_or_default();
-        for member in members {
-            let map = self.map.borrow().clone();
-            let address = map.address(member).ok_or(OpError::MemberDown { osd: member })?.to_string();
-            match self.push_held(state.id, state.epoch, member, &address, object).await {
-                Ok(()) => {}
-                Err(reason) if reason.starts_with(REFUSED) => return Err(OpError::CopyRefused { osd: member, reason }),
-                Err(reason) => return Err(OpError::SecondaryUnreachable { osd: member, reason }),
-            }
-            state.with_active(|active| forget(active, member, object));
-        }
-        Ok(())
-    }
-
     /// Makes sure the PG's history covers a write at this epoch (`Active::recorded`), writing
     /// the acting set into it if not.
     pub(super) async fn ensure_recorded(self: &Rc<Self>, state: &Rc<Pg>) -> Result<(), OpError> {
