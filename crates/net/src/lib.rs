@@ -15,6 +15,8 @@
 //! connection: every call in flight fails with an error naming the peer and the reason, and
 //! later calls fail at once.
 //!
+//! [`sim`] is a simulated network for whole-cluster simulation: `sim:NAME` addresses reach it.
+//!
 //! Everything works in a tokio `current_thread` runtime (the OSD) and in a multi-thread one
 //! (the client); the futures returned here are `Send` when the caller's are.
 
@@ -22,6 +24,7 @@ mod connection;
 pub mod limits;
 mod link;
 mod server;
+pub mod sim;
 mod stream;
 
 use std::sync::Arc;
@@ -85,5 +88,7 @@ pub trait DownReporter: Send + Sync + std::fmt::Debug {
     fn report(&self, osd: u32, incarnation: i64);
 }
 
+#[cfg(test)]
+mod sim_tests;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,8 @@
 //!
 //! Addresses are `host:port` for TCP and `unix:PATH` for a Unix socket (ADR 0013): an OSD also
 //! listens on a Unix socket when told to, and processes on the same machine reach it there,
-//! skipping the TCP/IP stack. Everything above this module treats the two alike.
+//! skipping the TCP/IP stack. `sim:NAME` names a stream on a simulated network (ADR 0020,
+//! [`crate::sim`]). Everything above this module treats them alike.
 
 use std::io;
 use std::net::Shutdown;
@@ -10,14 +11,23 @@ use std::path::Path;
 
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 
+use crate::sim::{self, SimStream, SIM_PREFIX};
+
 /// The prefix of an address that names a Unix socket.
 pub const UNIX_PREFIX: &str = "unix:";
 
-/// A connected socket of either family.
+/// A connected socket of either family, or a simulated stream.
 #[derive(Debug)]
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Sim(SimStream),
+}
+
+impl From<SimStream> for Stream {
+    fn from(stream: SimStream) -> Stream {
+        Stream::Sim(stream)
+    }
 }
 
 impl From<TcpStream> for Stream {
@@ -33,8 +43,12 @@ impl From<UnixStream> for Stream {
 }
 
 impl Stream {
-    /// Connects to `address` (`host:port`, or `unix:PATH`). TCP streams get `TCP_NODELAY`.
+    /// Connects to `address` (`host:port`, `unix:PATH` or `sim:NAME`). TCP streams get
+    /// `TCP_NODELAY`.
     pub async fn connect(address: &str) -> io::Result<Stream> {
+        if address.starts_with(SIM_PREFIX) {
+            return Ok(Stream::Sim(sim::connect(address).await?));
+        }
         match address.strip_prefix(UNIX_PREFIX) {
             Some(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
             None => {
@@ -53,6 +67,7 @@ impl Stream {
                 Some(path) => format!("a local peer on {UNIX_PREFIX}{}", path.display()),
                 None => "a local peer".to_string(),
             }),
+            Stream::Sim(stream) => Ok(stream.peer_name()),
         };
         name.unwrap_or_else(|_| "an unknown peer".to_string())
     }
@@ -60,7 +75,7 @@ impl Stream {
     pub(crate) fn set_nodelay(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(stream) => stream.set_nodelay(true),
-            Stream::Unix(_) => Ok(()),
+            Stream::Unix(_) | Stream::Sim(_) => Ok(()),
         }
     }
 
@@ -68,6 +83,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.readable().await,
             Stream::Unix(stream) => stream.readable().await,
+            Stream::Sim(stream) => stream.readable().await,
         }
     }
 
@@ -75,6 +91,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.writable().await,
             Stream::Unix(stream) => stream.writable().await,
+            Stream::Sim(stream) => stream.writable().await,
         }
     }
 
@@ -82,6 +99,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.try_read(buffer),
             Stream::Unix(stream) => stream.try_read(buffer),
+            Stream::Sim(stream) => stream.try_read(buffer),
         }
     }
 
@@ -89,6 +107,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.try_write(bytes),
             Stream::Unix(stream) => stream.try_write(bytes),
+            Stream::Sim(stream) => stream.try_write(bytes),
         }
     }
 
@@ -96,6 +115,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
             Stream::Unix(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
+            Stream::Sim(stream) => stream.shutdown(),
         }
     }
 }
