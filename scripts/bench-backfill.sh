@@ -5,7 +5,7 @@
 #   floor     fio's sequential 1 MiB direct write rate on the same filesystem;
 #   idle      a fourth OSD joins with no client load: time until every PG is clean on its new
 #             set, bytes the new OSD received, their rate against the floor, and how honest
-#             `basalt status`'s time left was at the halfway point;
+#             `basalt status`'s time left was at the halfway point (sampled every 0.1 s);
 #   quiet     fio QD1 4 KiB random reads, then writes, through `basalt nbd` (p50/p99, IOPS);
 #   baseline  the same beside the status sampling the loaded runs do;
 #   loaded    the same reads while a fifth OSD joins, the same writes while it is marked out
@@ -47,13 +47,14 @@ settled() { "$B" pg ls --json --api $API |
     jq -e '[.pgs[] | select(.state != "clean" or (.acting | sort) != (.target | sort))] | length == 0' >/dev/null; }
 # Bytes the primaries copied in the background so far (their `pg recovered` log lines).
 copied_bytes() { cat "$D"/osd*.log | sed -n 's/.*pg recovered.* bytes=\([0-9]*\).*/\1/p' | awk '{ b += $1 } END { print b + 0 }'; }
-# Samples status's backlog and time left twice a second until every PG is on its new set.
-sample_until_settled() { # FILE
+# Samples status's backlog and time left every INTERVAL seconds (twice a second by default)
+# until every PG is on its new set.
+sample_until_settled() { # FILE [INTERVAL]
     : >"$1"
     until settled; do
         "$B" status --json --api $API |
             jq -r --arg t "$(now)" '[$t, .recovery.bytes_left, (.recovery.seconds_left // -1)] | @tsv' >>"$1"
-        sleep 0.5
+        sleep "${2:-0.5}"
     done
 }
 # The time left status showed at the halfway point (the first sample at or under half the
@@ -106,7 +107,8 @@ before=$(copied_bytes)
 started=$(now)
 run_osd 3
 until_moving
-sample_until_settled "$D/eta.txt"
+# A copy of seconds: sampled five times as often, for its start and end.
+sample_until_settled "$D/eta.txt" 0.1
 finished=$(now)
 moved=$(( $(copied_bytes) - before ))
 # The copy itself: from the first sample with a backlog to the first without one after it (or

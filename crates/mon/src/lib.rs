@@ -21,6 +21,7 @@ pub mod local_osds;
 pub mod osd_admin;
 pub mod pg_tables;
 pub mod reaper;
+mod recovery_rate;
 pub mod scrub;
 pub mod stderr_log;
 pub mod views;
@@ -114,8 +115,8 @@ pub(crate) struct Shared {
     pub started: tokio::time::Instant,
     /// When this mon first saw each registered OSD without a liveness key.
     pub down: std::sync::Mutex<BTreeMap<u32, std::time::SystemTime>>,
-    /// When the recovery backlog was last at its largest, and how large, for its rate.
-    pub recovery_sample: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+    /// The primaries' recent backlogs, for the recovery rate and the time left.
+    pub recovery_rate: std::sync::Mutex<recovery_rate::RecoveryRate>,
     /// The OSDs of this process, if it runs any (`Mon::serve_local_osds`).
     pub local_osds: std::sync::OnceLock<Arc<dyn LocalOsds>>,
 }
@@ -151,27 +152,26 @@ impl Shared {
             .collect()
     }
 
-    /// The recovery backlog, with its mean rate since it was last at its largest: over the
-    /// whole of a recovery, not the last few seconds, so the time left stays steady.
+    /// The recovery backlog, its rate and the time left, from each primary's recent progress
+    /// (`recovery_rate`).
     pub(crate) fn recovery(&self, pgs: &[views::PgView], object_size_bytes: u32) -> views::RecoveryView {
         let objects_left: u64 = pgs.iter().map(|pg| pg.objects_left).sum();
-        let bytes_left = objects_left * u64::from(object_size_bytes);
-        let now = std::time::Instant::now();
-        let mut peak = self.recovery_sample.lock().expect("the recovery sample is never poisoned");
-        match *peak {
-            _ if bytes_left == 0 => *peak = None,
-            Some((_, largest)) if largest >= bytes_left => {}
-            _ => *peak = Some((now, bytes_left)),
+        let mut left_by_primary: BTreeMap<u32, u64> = BTreeMap::new();
+        for pg in pgs.iter().filter(|pg| pg.objects_left > 0) {
+            if let Some(primary) = pg.primary {
+                *left_by_primary.entry(primary).or_default() += pg.objects_left * u64::from(object_size_bytes);
+            }
         }
-        let bytes_per_s = peak.and_then(|(at, largest)| {
-            let seconds = now.duration_since(at).as_secs_f64();
-            (largest > bytes_left && seconds >= 1.0).then(|| (largest - bytes_left) as f64 / seconds)
-        });
+        let estimate = self
+            .recovery_rate
+            .lock()
+            .expect("the recovery rate is never poisoned")
+            .observe(std::time::Instant::now(), &left_by_primary);
         views::RecoveryView {
             objects_left,
-            bytes_left,
-            bytes_per_s,
-            seconds_left: bytes_per_s.map(|rate| bytes_left as f64 / rate),
+            bytes_left: objects_left * u64::from(object_size_bytes),
+            bytes_per_s: estimate.bytes_per_s,
+            seconds_left: estimate.seconds_left,
         }
     }
 }
@@ -226,7 +226,7 @@ impl Mon {
             role,
             started: tokio::time::Instant::now(),
             down: Default::default(),
-            recovery_sample: Default::default(),
+            recovery_rate: Default::default(),
             local_osds: Default::default(),
         });
         let (stop, stopped) = watch::channel(false);

@@ -448,8 +448,10 @@ pub struct RecoveryView {
     pub objects_left: u64,
     /// At most: objects are copied whole, written or not.
     pub bytes_left: u64,
-    /// Since the answering mon's previous status, `null` without one or without progress.
+    /// The primaries' copy rates over the last 30 s, summed, as the answering mon saw them at
+    /// its statuses; `null` before one made progress.
     pub bytes_per_s: Option<f64>,
+    /// The longest of the primaries' own times left.
     pub seconds_left: Option<f64>,
 }
 
