@@ -101,7 +101,7 @@ floor=$(jq '.jobs[0].write.bw_bytes / 1048576' "$D/floor.json")
 printf 'floor     sequential 1 MiB direct writes: %.0f MiB/s\n' "$floor"
 
 # A join with idle clients, from the OSD's start; status's backlog and time left are sampled
-# twice a second.
+# every 0.1 s.
 init_osd 3
 before=$(copied_bytes)
 started=$(now)
