@@ -118,6 +118,11 @@ impl Pacer {
         }
     }
 
+    /// How many copies may be in flight at once (`recovery_in_flight_max`).
+    pub(crate) fn in_flight_max(&self) -> usize {
+        self.state.borrow().settings.recovery_in_flight_max.max(1) as usize
+    }
+
     /// Waits for the turn of a copy of `bytes` at `priority`.
     pub(crate) async fn admit(&self, priority: Priority, bytes: u64) -> Permit<'_> {
         let key = {

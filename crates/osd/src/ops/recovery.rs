@@ -3,12 +3,14 @@
 //! never gets a partial write on top of an older copy. Each copy holds the object's write
 //! queue, so it cannot interleave with a client's write of the same object.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use cluster::peering::{History, Interval};
 use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use wire::{Opcode, PgId, Request, Response, Status};
 
 use super::{OpError, Osd};
@@ -198,20 +200,46 @@ impl Osd {
     /// Background recovery of an active PG: lists the members peering could not, copies every
     /// object each member lacks, and records the PG clean once every target member holds
     /// everything. Stops when the PG's state is superseded.
+    ///
+    /// Up to `recovery_in_flight_max` copies of the PG are in flight at once, each for another
+    /// object (the pacer holds the whole OSD to that bound): one at a time, a PG's copy would
+    /// wait out every round trip and durable write in turn, and a backfill onto one new OSD,
+    /// which spans few PGs per primary, would go at a fraction of the disk's rate.
     pub(super) async fn recover(self: Rc<Self>, state: Rc<Pg>) {
         let started = Instant::now();
         let (objects_at_start, _) = state.with_active(|active| active.recovery_left()).unwrap_or_default();
         let mut copied_bytes = 0u64;
+        let copying: RefCell<BTreeSet<(u32, ObjectId)>> = RefCell::new(BTreeSet::new());
+        let mut copies = FuturesUnordered::new();
         while self.pgs.is_current(&state) {
-            match self.recover_step(&state, &mut copied_bytes).await {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(reason) => {
-                    tracing::debug!(osd = self.id, pg = %state.id, %reason, "recovery retrying");
+            // Nothing can be copied to a member before it is listed.
+            if let Some(member) = state.with_active(|active| active.unlisted.first().copied()).flatten() {
+                if let Err(reason) = self.list_missing(&state, member).await {
+                    tracing::debug!(osd = self.id, pg = %state.id, %reason, "recovery retrying a listing");
                     tokio::time::sleep(RECOVERY_RETRY).await;
                 }
+                continue;
             }
+            while copies.len() < self.pacer.in_flight_max() {
+                let next = state.with_active(|active| next_copy(active, &copying.borrow())).flatten();
+                let Some((member, object)) = next else { break };
+                copying.borrow_mut().insert((member, object));
+                let (this, state, copying) = (&self, &state, &copying);
+                copies.push(async move {
+                    let result = this.copy_missing(state, member, object).await;
+                    copying.borrow_mut().remove(&(member, object));
+                    if let Err(reason) = &result {
+                        tracing::debug!(osd = this.id, pg = %state.id, %reason, "recovery retrying a copy");
+                        tokio::time::sleep(RECOVERY_RETRY).await;
+                    }
+                    result
+                });
+            }
+            // Nothing in flight and nothing left to start: every member holds everything.
+            let Some(result) = copies.next().await else { break };
+            copied_bytes += result.unwrap_or(0);
         }
+        drop(copies);
         if !self.pgs.is_current(&state) || state.with_active(|active| active.clean()) != Some(true) {
             return;
         }
@@ -224,58 +252,51 @@ impl Osd {
         self.record_clean(&state).await;
     }
 
-    /// One round: lists one unlisted member or copies one object. `Ok(true)` when nothing is left.
-    async fn recover_step(self: &Rc<Self>, state: &Rc<Pg>, copied_bytes: &mut u64) -> Result<bool, String> {
+    /// Lists `member`'s objects of the PG and records what it lacks.
+    async fn list_missing(self: &Rc<Self>, state: &Rc<Pg>, member: u32) -> Result<(), String> {
         let pg = state.id;
-        let next = state.with_active(|active| {
-            if let Some(&member) = active.unlisted.first() {
-                return Some((member, None));
-            }
-            active.missing.iter().find_map(|(&member, objects)| Some((member, Some(*objects.keys().next()?))))
-        });
-        let Some(next) = next else { return Ok(true) };
-        let Some((member, object)) = next else { return Ok(true) };
         let map = self.map.borrow().clone();
         let address = map.address(member).ok_or_else(|| format!("osd.{member} is down"))?.to_string();
         let pg_count = map.pools.get(&pg.pool).ok_or("the pool is gone")?.pg_count;
-        match object {
-            None => {
-                let theirs = self.list_member(member, &address, pg, pg_count, state.epoch).await?;
-                // Writes go to no unlisted member, so what it lacks now it lacks from here on;
-                // what it holds older than this OSD holds it must receive.
-                let ours = self.list_local(pg.pg, pg_count);
-                let theirs: BTreeMap<ObjectId, u64> = theirs.into_iter().collect();
-                let needs: BTreeMap<ObjectId, u64> = ours
-                    .into_iter()
-                    .filter(|(object, version)| theirs.get(object).is_none_or(|held| held < version))
-                    .collect();
-                self.still_current(state)?;
-                state.with_active(|active| {
-                    active.unlisted.remove(&member);
-                    active.missing.insert(member, needs);
-                });
-            }
-            Some(object) => {
-                let min_size = map.pools.get(&pg.pool).map_or(1, |pool| pool.min_size);
-                let priority = state.with_active(|active| active.priority(min_size)).ok_or("the pg is not active")?;
-                let _permit = self.pacer.admit(priority, u64::from(self.object_size_bytes)).await;
-                let _object = self.locks.write(object).await;
-                // A client's write may have copied it meanwhile.
-                let still_missing = state.with_active(|active| active.missing_object(object).contains(&member));
-                if still_missing == Some(true) {
-                    match self.push_held(pg, state.epoch, member, &address, object).await {
-                        Ok(()) => {}
-                        Err(reason) if reason.starts_with(REFUSED) => {
-                            self.rewrite_held(state, object).await.map_err(|error| error.to_string())?;
-                        }
-                        Err(reason) => return Err(reason),
-                    }
-                    *copied_bytes += u64::from(self.object_size_bytes);
-                    state.with_active(|active| forget(active, member, object));
-                }
-            }
+        let theirs = self.list_member(member, &address, pg, pg_count, state.epoch).await?;
+        // Writes go to no unlisted member, so what it lacks now it lacks from here on;
+        // what it holds older than this OSD holds it must receive.
+        let ours = self.list_local(pg.pg, pg_count);
+        let theirs: BTreeMap<ObjectId, u64> = theirs.into_iter().collect();
+        let needs: BTreeMap<ObjectId, u64> =
+            ours.into_iter().filter(|(object, version)| theirs.get(object).is_none_or(|held| held < version)).collect();
+        self.still_current(state)?;
+        state.with_active(|active| {
+            active.unlisted.remove(&member);
+            active.missing.insert(member, needs);
+        });
+        Ok(())
+    }
+
+    /// Copies `object` to `member`, which lacks it, when the pacer lets it. Returns the bytes
+    /// sent (none when a client's write copied it meanwhile).
+    async fn copy_missing(self: &Rc<Self>, state: &Rc<Pg>, member: u32, object: ObjectId) -> Result<u64, String> {
+        let pg = state.id;
+        let map = self.map.borrow().clone();
+        let address = map.address(member).ok_or_else(|| format!("osd.{member} is down"))?.to_string();
+        let min_size = map.pools.get(&pg.pool).map_or(1, |pool| pool.min_size);
+        let priority = state.with_active(|active| active.priority(min_size)).ok_or("the pg is not active")?;
+        let _permit = self.pacer.admit(priority, u64::from(self.object_size_bytes)).await;
+        let _object = self.locks.write(object).await;
+        // A client's whole-object write may have copied it meanwhile.
+        let still_missing = state.with_active(|active| active.missing_object(object).contains(&member));
+        if still_missing != Some(true) {
+            return Ok(0);
         }
-        Ok(false)
+        match self.push_held(pg, state.epoch, member, &address, object).await {
+            Ok(()) => {}
+            Err(reason) if reason.starts_with(REFUSED) => {
+                self.rewrite_held(state, object).await.map_err(|error| error.to_string())?;
+            }
+            Err(reason) => return Err(reason),
+        }
+        state.with_active(|active| forget(active, member, object));
+        Ok(u64::from(self.object_size_bytes))
     }
 
     /// Replaces the PG's history with "clean at this epoch" when it says more than that.
@@ -301,6 +322,14 @@ impl Osd {
             Err(reason) => tracing::warn!(osd = self.id, pg = %pg, %reason, "cannot record the pg clean"),
         }
     }
+}
+
+/// The next object to copy that no copy in flight (`copying`) is already sending: members in
+/// order, each's objects in order.
+fn next_copy(active: &Active, copying: &BTreeSet<(u32, ObjectId)>) -> Option<(u32, ObjectId)> {
+    active.missing.iter().find_map(|(&member, objects)| {
+        objects.keys().map(|&object| (member, object)).find(|copy| !copying.contains(copy))
+    })
 }
 
 /// `member` holds `object` now.
