@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 pub use connection::{connect, Connection, Reply};
 pub use server::{serve_connection, split, FrameReader, FrameSender};
-pub use stream::{bind_unix, Stream, UNIX_PREFIX};
+pub use stream::{bind_unix, Listener, Stream, UNIX_PREFIX};
 
 /// Why a connection could not be opened, or why an operation on it failed.
 ///

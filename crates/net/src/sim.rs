@@ -300,6 +300,12 @@ struct ListenerState {
     closed: bool,
 }
 
+impl std::fmt::Debug for SimListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimListener").field("name", &self.name).field("node", &self.shared.node).finish()
+    }
+}
+
 impl SimListener {
     /// The next connection; fails once the node is killed.
     pub async fn accept(&self) -> io::Result<SimStream> {

@@ -9,9 +9,9 @@ use std::io;
 use std::net::Shutdown;
 use std::path::Path;
 
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
-use crate::sim::{self, SimStream, SIM_PREFIX};
+use crate::sim::{self, SimListener, SimStream, SIM_PREFIX};
 
 /// The prefix of an address that names a Unix socket.
 pub const UNIX_PREFIX: &str = "unix:";
@@ -116,6 +116,26 @@ impl Stream {
             Stream::Tcp(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
             Stream::Unix(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
             Stream::Sim(stream) => stream.shutdown(),
+        }
+    }
+}
+
+/// A listening socket of either family, or a listening address on a simulated network: what
+/// a server accepts its [`Stream`]s from.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+    Sim(SimListener),
+}
+
+impl Listener {
+    /// The next connection (`serve_connection` sets `TCP_NODELAY` on TCP streams).
+    pub async fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(listener) => Ok(Stream::Tcp(listener.accept().await?.0)),
+            Listener::Unix(listener) => Ok(Stream::Unix(listener.accept().await?.0)),
+            Listener::Sim(listener) => Ok(Stream::Sim(listener.accept().await?)),
         }
     }
 }

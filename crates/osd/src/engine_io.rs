@@ -1,8 +1,9 @@
 //! `EngineIo`: the engine on the OSD's thread, awaited by tasks, driven by disk completions.
 //!
 //! Tasks submit requests and await their replies (`EngineIo::submit` returns an [`EngineOp`]
-//! future). One driver task ([`EngineIo::drive`]) owns the rhythm: it waits until the ring's
-//! completion eventfd is readable or a task has queued a request, then calls `Engine::poll`,
+//! future). One driver task ([`EngineIo::drive`]) owns the rhythm: it waits until the disk is
+//! ready ([`DiskReady`]: the ring's completion eventfd, [`UringReady`], or a simulated disk's
+//! next deadline, ADR 0020) or a task has queued a request, then calls `Engine::poll`,
 //! which hands queued submissions to the kernel and moves finished work out, and wakes the
 //! waiting tasks. Everything runs on one thread: no locks, no hand-offs, and a disk completion
 //! costs a thread wake-up only if the thread was parked.
@@ -20,7 +21,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use engine::{Completion, Engine, EngineError, Reply, Request};
-use platform_linux::{CompletionNotifier, UringDisk};
+use futures_util::future::poll_fn;
+use platform::{Disk, DiskReady};
+use platform_linux::CompletionNotifier;
 use stdx::SlotTable;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -28,11 +31,14 @@ use tokio::sync::Notify;
 
 use crate::limits::ENGINE_OPS_IN_FLIGHT_MAX;
 
+/// The engine the OSD runs, on whichever disk it was opened.
+pub type OsdEngine = Engine<Box<dyn Disk>>;
+
 /// The engine and the table of requests in flight in it.
 pub(crate) struct EngineIo {
-    engine: RefCell<Engine<UringDisk>>,
+    engine: RefCell<OsdEngine>,
     slots: RefCell<SlotTable<SlotState>>,
-    notifier: AsyncFd<CompletionNotifier>,
+    ready: Box<dyn DiskReady>,
     /// Set by `submit`: the driver polls the engine so the request reaches the kernel.
     kick: Notify,
     /// Signalled after every poll that moved something (shutdown waits on it).
@@ -50,32 +56,55 @@ enum SlotState {
     Abandoned,
 }
 
-impl EngineIo {
-    /// Takes over an open engine and the completion notifier of its disk (registered before
-    /// the engine was opened). Must be called inside the runtime that will drive it.
-    pub(crate) fn new(
-        engine: Engine<UringDisk>,
-        notifier: CompletionNotifier,
-        spin: Duration,
-    ) -> std::io::Result<EngineIo> {
+/// The readiness of an io_uring disk: its completion eventfd, registered with the runtime.
+pub struct UringReady {
+    notifier: AsyncFd<CompletionNotifier>,
+}
+
+impl UringReady {
+    /// Registers the disk's completion notifier (taken before the engine was opened). Must be
+    /// called inside the runtime that will drive the engine.
+    pub fn new(notifier: CompletionNotifier) -> std::io::Result<UringReady> {
         // SAFETY: the notifier owns its descriptor for as long as it lives, which is inside the
         // `AsyncFd`, and `as_raw_fd` always returns that same descriptor.
         let notifier = unsafe { AsyncFd::register_with_interest(notifier, Interest::READABLE) }
             .map_err(|error| error.into_parts().1)?;
-        Ok(EngineIo {
+        Ok(UringReady { notifier })
+    }
+}
+
+impl DiskReady for UringReady {
+    fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.notifier.poll_read_ready(cx) {
+            Poll::Ready(Ok(mut guard)) => {
+                // Cleared before the poll: a completion posted after it signals again.
+                guard.get_inner().clear();
+                guard.clear_ready();
+                Poll::Ready(())
+            }
+            Poll::Ready(Err(error)) => panic!("waiting on the disk completion eventfd failed: {error}"),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl EngineIo {
+    /// Takes over an open engine and its disk's readiness.
+    pub(crate) fn new(engine: OsdEngine, ready: Box<dyn DiskReady>, spin: Duration) -> EngineIo {
+        EngineIo {
             engine: RefCell::new(engine),
             slots: RefCell::new(SlotTable::new(ENGINE_OPS_IN_FLIGHT_MAX)),
-            notifier,
+            ready,
             kick: Notify::new(),
             progressed: Notify::new(),
             spin,
             spinning: Cell::new(false),
             last_activity: Cell::new(Instant::now()),
-        })
+        }
     }
 
     /// Read access to the engine between polls (versions, listings, space).
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&Engine<UringDisk>) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&OsdEngine) -> R) -> R {
         f(&self.engine.borrow())
     }
 
@@ -130,14 +159,7 @@ impl EngineIo {
         loop {
             tokio::select! {
                 biased;
-                ready = self.notifier.readable() => match ready {
-                    Ok(mut guard) => {
-                        // Cleared before the poll: a completion posted after it signals again.
-                        guard.get_inner().clear();
-                        guard.clear_ready();
-                    }
-                    Err(error) => panic!("waiting on the disk completion eventfd failed: {error}"),
-                },
+                () = poll_fn(|cx| self.ready.poll_ready(cx)) => {}
                 () = self.kick.notified() => {}
             }
             self.poll_once(&mut completions);
@@ -248,5 +270,42 @@ impl Drop for EngineOp {
         } else {
             *state = SlotState::Abandoned;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::{AlignedBuffer, EngineOptions, FormatOptions, ObjectId};
+    use sim::{SimDisk, SimDiskOptions, TimedDisk, TimedDiskOptions};
+
+    /// The engine loop on a simulated disk whose requests take simulated time (ADR 0020): a
+    /// durable write completes once the disk's deadlines have passed, and reads back.
+    #[tokio::test(start_paused = true)]
+    async fn the_engine_loop_runs_on_a_timed_disk() {
+        let disk = SimDisk::new(SimDiskOptions { size_bytes: 64 << 20, ..SimDiskOptions::default() });
+        let format = FormatOptions { object_size_bytes: 128 * 1024, journal_size_bytes: Some(4 << 20), nonce: 1 };
+        let disk = Engine::format(disk, &format).expect("format");
+        let latency = Duration::from_millis(2)..Duration::from_millis(4);
+        let options =
+            TimedDiskOptions { seed: 5, read: latency.clone(), write: latency.clone(), flush: latency.clone() };
+        let (disk, control) = TimedDisk::new(disk, options);
+        let disk: Box<dyn Disk> = Box::new(disk);
+        let engine = Engine::open(disk, &EngineOptions::default()).expect("open");
+        let io = Rc::new(EngineIo::new(engine, Box::new(control.ready()), Duration::ZERO));
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                tokio::task::spawn_local(io.clone().drive());
+                let object = ObjectId { inode: 1, stripe: 0 };
+                let data = AlignedBuffer::from_slice(&[0x5a; 4096]);
+                let started = tokio::time::Instant::now();
+                io.submit(Request::Write { object, offset_bytes: 0, data }).await.expect("the write");
+                assert!(started.elapsed() >= Duration::from_millis(2), "durable before the disk's deadline");
+                let reply = io.submit(Request::Read { object, offset_bytes: 0, length_bytes: 4096 }).await;
+                let Ok(Reply::Read { data, .. }) = reply else { panic!("read: {reply:?}") };
+                assert!(data.iter().all(|&byte| byte == 0x5a));
+            })
+            .await;
     }
 }

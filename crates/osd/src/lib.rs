@@ -40,13 +40,15 @@ use cluster::LocalSocket;
 use engine::layout::SuperblockError;
 use engine::{Engine, OpenError};
 use meta::MetaStore;
+use net::Listener;
+use platform::{Disk, DiskReady};
 use platform_linux::{UringDisk, UringOptions};
 use tokio::net::TcpListener;
 
 pub use config::{Metadata, OsdConfig};
 pub use error::OsdError;
 
-use crate::engine_io::EngineIo;
+use crate::engine_io::{EngineIo, UringReady};
 use crate::liveness::Liveness;
 use crate::ops::Osd;
 use crate::peers::Peers;
@@ -151,33 +153,101 @@ impl Drop for OsdHandle {
     }
 }
 
-/// The daemon on its thread: start, serve, stop.
+/// What an OSD runs on, opened by its caller: the drive, the sockets and the metadata store.
+/// [`run`] opens the real ones; a simulation passes simulated ones (ADR 0020), and everything
+/// past this point is the same code.
+pub struct OsdEnv {
+    /// The drive, as opened: [`serve`] reads its superblock and opens the engine on it.
+    pub disk: Box<dyn Disk>,
+    /// When the drive may have completions (opened before the engine reads anything).
+    pub disk_ready: Box<dyn DiskReady>,
+    pub listener: Listener,
+    /// The address published for `listener`, where peers and clients reach it.
+    pub address: String,
+    /// A second listener for processes on this machine (ADR 0013), and what to publish for it.
+    pub local: Option<(Listener, LocalSocket)>,
+    pub store: Arc<dyn MetaStore>,
+}
+
+/// The daemon on its thread: open the drive, the sockets and the store, then serve.
 async fn daemon(
     config: OsdConfig,
     ready: impl FnOnce(&Ready),
     stop: impl Future<Output = Stop>,
 ) -> Result<(), OsdError> {
-    if config.lease_ttl.as_secs() == 0 {
-        return Err(OsdError::Config { reason: "the lease TTL must be at least one second".into() });
-    }
     // Polled once now, so what it sets up (signal handlers) is in place before the OSD reports
     // ready: a SIGTERM right after that must stop it cleanly, not kill it.
-    let mut stop = std::pin::pin!(stop);
+    let mut stop = Box::pin(stop);
     let stopped_early = futures_util::FutureExt::now_or_never(stop.as_mut());
-    let path = config.data_path.clone();
-    let mut disk = UringDisk::open(&path, UringOptions { queue_depth: config.queue_depth, spin_before_wait_us: 0 })?;
-    let superblock = match Engine::probe(&mut disk) {
-        Ok(superblock) => superblock,
-        Err(OpenError::Superblock(SuperblockError::NotBasalt)) => return Err(OsdError::NotFormatted { path }),
-        Err(source) => return Err(OsdError::OpenEngine { path, source }),
+    let env = open(&config).await?;
+    serve(config, env, ready, async move {
+        match stopped_early {
+            Some(how) => how,
+            None => stop.await,
+        }
+    })
+    .await
+}
+
+/// Opens the drive (io_uring), binds the listeners and connects to the metadata store.
+async fn open(config: &OsdConfig) -> Result<OsdEnv, OsdError> {
+    let mut disk =
+        UringDisk::open(&config.data_path, UringOptions { queue_depth: config.queue_depth, spin_before_wait_us: 0 })?;
+    let disk_ready =
+        UringReady::new(disk.completion_notifier().map_err(OsdError::Runtime)?).map_err(OsdError::Runtime)?;
+    let listener = TcpListener::bind(&config.listen_address)
+        .await
+        .map_err(|source| OsdError::Listen { address: config.listen_address.clone(), source })?;
+    let bound =
+        listener.local_addr().map_err(|source| OsdError::Listen { address: config.listen_address.clone(), source })?;
+    let address = advertised(config, bound)?;
+    let local = match &config.local_socket {
+        Some(path) => {
+            let (listener, local) = bind_local(path)?;
+            Some((Listener::Unix(listener), local))
+        }
+        None => None,
     };
-    let geometry = superblock.geometry;
     let store: Arc<dyn MetaStore> = match &config.metadata {
         Metadata::Store(store) => store.clone(),
         Metadata::Url(url) => {
             cluster_watch::connect(url).await.map_err(OsdError::meta(format!("connecting to {url}")))?
         }
     };
+    Ok(OsdEnv {
+        disk: Box::new(disk),
+        disk_ready: Box::new(disk_ready),
+        listener: Listener::Tcp(listener),
+        address,
+        local,
+        store,
+    })
+}
+
+/// Serves as an OSD on `env` until `stop` resolves: registers (taking an id on first start),
+/// opens the engine, serves ops, peers and paces its PGs, keeps its lease. `ready` is called
+/// once it serves. Runs on the current thread's `LocalSet`.
+pub async fn serve(
+    config: OsdConfig,
+    env: OsdEnv,
+    ready: impl FnOnce(&Ready),
+    stop: impl Future<Output = Stop>,
+) -> Result<(), OsdError> {
+    if config.lease_ttl.as_secs() == 0 {
+        return Err(OsdError::Config { reason: "the lease TTL must be at least one second".into() });
+    }
+    let OsdEnv { mut disk, disk_ready, listener, address, local, store } = env;
+    let (local_listener, local) = match local {
+        Some((listener, local)) => (Some(listener), Some(local)),
+        None => (None, None),
+    };
+    let path = config.data_path.clone();
+    let superblock = match Engine::probe(&mut disk) {
+        Ok(superblock) => superblock,
+        Err(OpenError::Superblock(SuperblockError::NotBasalt)) => return Err(OsdError::NotFormatted { path }),
+        Err(source) => return Err(OsdError::OpenEngine { path, source }),
+    };
+    let geometry = superblock.geometry;
     registration::check_cluster(store.as_ref(), &path, geometry.object_size_bytes).await?;
     let identity = Identity {
         host: config.host.clone().unwrap_or_else(registration::hostname),
@@ -200,25 +270,10 @@ async fn daemon(
         id
     };
 
-    let notifier = disk.completion_notifier().map_err(OsdError::Runtime)?;
     // Replays the journal on this thread: nothing is served yet.
     let engine = Engine::open(disk, &config.engine).map_err(|source| OsdError::OpenEngine { path, source })?;
-    let engine = Rc::new(EngineIo::new(engine, notifier, config.spin).map_err(OsdError::Runtime)?);
+    let engine = Rc::new(EngineIo::new(engine, disk_ready, config.spin));
     let driver = tokio::task::spawn_local(engine.clone().drive());
-
-    let listener = TcpListener::bind(&config.listen_address)
-        .await
-        .map_err(|source| OsdError::Listen { address: config.listen_address.clone(), source })?;
-    let bound =
-        listener.local_addr().map_err(|source| OsdError::Listen { address: config.listen_address.clone(), source })?;
-    let address = advertised(&config, bound)?;
-    let (local_listener, local) = match &config.local_socket {
-        Some(path) => {
-            let (listener, local) = bind_local(path)?;
-            (Some(listener), Some(local))
-        }
-        None => (None, None),
-    };
 
     let watcher =
         cluster_watch::MapWatcher::start(store.clone()).await.map_err(OsdError::meta("loading the cluster map"))?;
@@ -265,10 +320,7 @@ async fn daemon(
     tracing::info!(osd = id, %address, local = local_path, incarnation, data = %config.data_path.display(), "osd serving");
     ready(&Ready { osd: id, address: address.clone(), incarnation });
 
-    let how = match stopped_early {
-        Some(how) => how,
-        None => stop.await,
-    };
+    let how = stop.await;
     following.abort();
     removing_strays.abort();
     pacing.abort();

@@ -7,8 +7,7 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
-use net::Stream;
-use tokio::net::{TcpListener, UnixListener, UnixStream};
+use net::{Listener, Stream};
 use tokio::task::JoinSet;
 
 use crate::limits::CONNECTIONS_MAX;
@@ -16,11 +15,11 @@ use crate::ops::{ConnectionState, Osd};
 
 /// Accepts connections until `stop` resolves; returns the connections still being served (the
 /// caller lets their ops finish, then drops them).
-/// Listens on `listener` and, if given, on the Unix socket `local` too (ADR 0013).
+/// Listens on `listener` and, if given, on `local` too (the Unix socket, ADR 0013).
 pub(crate) async fn accept_until(
     osd: Rc<Osd>,
-    listener: TcpListener,
-    local: Option<UnixListener>,
+    listener: Listener,
+    local: Option<Listener>,
     stop: impl Future<Output = ()>,
 ) -> JoinSet<()> {
     let mut connections = JoinSet::new();
@@ -28,8 +27,8 @@ pub(crate) async fn accept_until(
     loop {
         let accepted: std::io::Result<Stream> = tokio::select! {
             () = &mut stop => break,
-            accepted = listener.accept() => accepted.map(|(stream, _)| stream.into()),
-            accepted = accept_local(local.as_ref()) => accepted.map(Stream::from),
+            accepted = listener.accept() => accepted,
+            accepted = accept_local(local.as_ref()) => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         match accepted {
@@ -52,9 +51,9 @@ pub(crate) async fn accept_until(
 }
 
 /// The next connection on the local socket; never, without one.
-async fn accept_local(local: Option<&UnixListener>) -> std::io::Result<UnixStream> {
+async fn accept_local(local: Option<&Listener>) -> std::io::Result<Stream> {
     match local {
-        Some(listener) => listener.accept().await.map(|(stream, _)| stream),
+        Some(listener) => listener.accept().await,
         None => std::future::pending().await,
     }
 }

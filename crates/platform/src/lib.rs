@@ -85,6 +85,14 @@ pub trait Disk {
     fn in_flight_count(&self) -> usize;
 }
 
+/// Tells an event loop when a [`Disk`] may have completions to reap: the io_uring ring's
+/// eventfd on Linux, the next deadline of a simulated disk. Spurious readiness is allowed; a
+/// missed one is not (after `Ready`, anything that completes later makes it ready again).
+pub trait DiskReady {
+    /// `Ready` when a reap may find completions; otherwise registers `cx`'s waker.
+    fn poll_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()>;
+}
+
 impl<D: Disk + ?Sized> Disk for Box<D> {
     fn sector_size_bytes(&self) -> u32 {
         (**self).sector_size_bytes()

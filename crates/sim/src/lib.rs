@@ -10,4 +10,4 @@ mod disk;
 mod timed_disk;
 
 pub use disk::{SimDisk, SimDiskFaults, SimDiskOptions};
-pub use timed_disk::{TimedDisk, TimedDiskControl, TimedDiskOptions};
+pub use timed_disk::{TimedDisk, TimedDiskControl, TimedDiskOptions, TimedDiskReady};

@@ -17,11 +17,14 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::ops::Range;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use platform::{Disk, DiskCompletion, DiskOp, DiskRequest};
+use platform::{Disk, DiskCompletion, DiskOp, DiskReady, DiskRequest};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::Notify;
@@ -192,6 +195,32 @@ impl TimedDiskControl {
     /// Applies every request in flight now, whatever its deadline (a harness draining a node).
     pub fn apply_all(&self) {
         self.shared.borrow_mut().apply_due(None);
+    }
+
+    /// The readiness an engine loop waits on ([`DiskReady`]).
+    pub fn ready(&self) -> TimedDiskReady {
+        TimedDiskReady { control: self.clone(), waiting: RefCell::new(None) }
+    }
+}
+
+/// [`TimedDiskControl::due`] as a [`DiskReady`].
+pub struct TimedDiskReady {
+    control: TimedDiskControl,
+    waiting: RefCell<Option<Pin<Box<dyn Future<Output = ()>>>>>,
+}
+
+impl DiskReady for TimedDiskReady {
+    fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut waiting = self.waiting.borrow_mut();
+        let due = waiting.get_or_insert_with(|| {
+            let control = self.control.clone();
+            Box::pin(async move { control.due().await })
+        });
+        let poll = due.as_mut().poll(cx);
+        if poll.is_ready() {
+            *waiting = None;
+        }
+        poll
     }
 }
 
