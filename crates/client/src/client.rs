@@ -4,7 +4,7 @@
 //! to every OSD that left the map or moved to another address, so calls waiting on a dead OSD
 //! fail at once and retry at the PG's new primary instead of waiting for their deadline.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ pub(crate) struct ClientInner {
     store: Arc<dyn MetaStore>,
     watcher: MapWatcher,
     map: watch::Receiver<Arc<ClusterMap>>,
-    connections: Mutex<HashMap<u32, OsdConnection>>,
+    connections: Mutex<BTreeMap<u32, OsdConnection>>,
     pub(crate) options: ClientOptions,
     /// The OSD incarnations already reported to `options.down_reporter`.
     reported: Mutex<HashSet<(u32, i64)>>,
@@ -76,7 +76,7 @@ impl Client {
             store,
             watcher,
             map,
-            connections: Mutex::new(HashMap::new()),
+            connections: Mutex::new(BTreeMap::new()),
             options,
             reported: Mutex::new(HashSet::new()),
         });

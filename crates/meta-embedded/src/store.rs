@@ -13,6 +13,10 @@
 //! behind the history, its watch ends with `MetaError::Compacted` and it lists again. The same
 //! history serves `start_revision` replays. The history starts empty when the store opens.
 //!
+//! [`EmbeddedMetaStore::in_memory`] is the same store with no log: nothing survives it, and
+//! every write runs inline on the caller's task instead of the blocking pool, so a simulation
+//! on one thread sees the same order of events from the same inputs (ADR 0020).
+//!
 //! Leases live only in memory and expire on tokio's clock. A store that reopens has no leases,
 //! so its first commit deletes every key that was attached to a lease, as a restarted etcd
 //! would once the old leases expired (etcd keeps leases across restarts and gives them a fresh
@@ -72,11 +76,13 @@ struct Inner {
     /// The latest revision, for waking watchers.
     revision_sender: watch::Sender<i64>,
     lease_wakeup: Arc<Notify>,
-    _lock: LockFile,
+    /// The directory's lock; `None` in memory.
+    lock: Option<LockFile>,
 }
 
 struct LogState {
-    log: Log,
+    /// `None` in memory: commits are applied without being logged.
+    log: Option<Log>,
     /// Why writes are refused: set after a failed append or snapshot, whose effect on the
     /// files is unknown until the store is reopened and recovered.
     poisoned: Option<String>,
@@ -96,7 +102,8 @@ struct HistoryEntry {
 struct State {
     revision: i64,
     kvs: BTreeMap<String, StoredKey>,
-    leases: HashMap<LeaseId, Lease>,
+    /// Ordered: expiry walks it, and a run must revoke in the same order as the last.
+    leases: BTreeMap<LeaseId, Lease>,
     boot_count: u64,
     next_lease_index: u32,
     history: VecDeque<HistoryEntry>,
@@ -106,6 +113,19 @@ struct State {
 }
 
 impl State {
+    fn new(revision: i64, kvs: BTreeMap<String, StoredKey>, boot_count: u64) -> State {
+        State {
+            revision,
+            kvs,
+            leases: BTreeMap::new(),
+            boot_count,
+            next_lease_index: 1,
+            history: VecDeque::new(),
+            history_event_count: 0,
+            history_first_revision: revision + 1,
+        }
+    }
+
     fn key_value(&self, key: &str) -> Option<KeyValue> {
         self.kvs.get(key).map(|stored| key_value(key, stored))
     }
@@ -151,25 +171,16 @@ impl EmbeddedMetaStore {
             .await
             .map_err(|error| EmbeddedError::Io { path: path.clone(), operation: "open", source: error.into() })??;
         let revision = recovered.revision;
-        let state = State {
-            revision,
-            kvs: recovered.kvs,
-            leases: HashMap::new(),
-            boot_count: recovered.boot_count,
-            next_lease_index: 1,
-            history: VecDeque::new(),
-            history_event_count: 0,
-            history_first_revision: revision + 1,
-        };
+        let state = State::new(revision, recovered.kvs, recovered.boot_count);
         let (revision_sender, _) = watch::channel(revision);
         let inner = Arc::new(Inner {
             endpoint: path.display().to_string(),
             options,
-            log: Mutex::new(LogState { log, poisoned: None }),
+            log: Mutex::new(LogState { log: Some(log), poisoned: None }),
             state: RwLock::new(state),
             revision_sender,
             lease_wakeup: Arc::new(Notify::new()),
-            _lock: lock,
+            lock: Some(lock),
         });
         // The leases of the previous run are gone, so are their keys (see the module comment).
         let inner_for_cleanup = inner.clone();
@@ -185,7 +196,24 @@ impl EmbeddedMetaStore {
         Ok(EmbeddedMetaStore { inner })
     }
 
-    /// The directory of the store.
+    /// A store with no files (its endpoint is `memory`): it starts empty, and what it holds
+    /// goes when the last handle is dropped. Must run inside a tokio runtime.
+    pub fn in_memory(options: EmbeddedOptions) -> EmbeddedMetaStore {
+        let (revision_sender, _) = watch::channel(0);
+        let inner = Arc::new(Inner {
+            endpoint: "memory".to_string(),
+            options,
+            log: Mutex::new(LogState { log: None, poisoned: None }),
+            state: RwLock::new(State::new(0, BTreeMap::new(), 1)),
+            revision_sender,
+            lease_wakeup: Arc::new(Notify::new()),
+            lock: None,
+        });
+        tokio::spawn(run_lease_expiry(Arc::downgrade(&inner), inner.lease_wakeup.clone()));
+        EmbeddedMetaStore { inner }
+    }
+
+    /// The directory of the store (`memory` for one [`in_memory`](Self::in_memory)).
     pub fn path(&self) -> PathBuf {
         PathBuf::from(&self.inner.endpoint)
     }
@@ -195,13 +223,30 @@ impl EmbeddedMetaStore {
         self.inner.state.read().expect("state lock").revision
     }
 
-    /// Runs a write on the blocking pool.
+    /// Runs a write on the blocking pool (inline in memory, where nothing blocks).
     async fn write<T: Send + 'static>(
         &self,
         key: &str,
         write: impl FnOnce(&Inner) -> Result<T, MetaError> + Send + 'static,
     ) -> Result<T, MetaError> {
-        let inner = self.inner.clone();
+        self.inner.write(key, write).await
+    }
+}
+
+impl Inner {
+    fn in_memory(&self) -> bool {
+        self.lock.is_none()
+    }
+
+    async fn write<T: Send + 'static>(
+        self: &Arc<Inner>,
+        key: &str,
+        write: impl FnOnce(&Inner) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, MetaError> {
+        if self.in_memory() {
+            return write(self);
+        }
+        let inner = self.clone();
         match tokio::task::spawn_blocking(move || write(&inner)).await {
             Ok(result) => result,
             Err(error) => Err(MetaError::other(key, format!("the write task failed: {error}"))),
@@ -271,11 +316,13 @@ impl Inner {
         }
         let revision = self.state.read().expect("state lock").revision + 1;
         let record = Record::Commit { revision, changes };
-        if let Err(error) = log.log.append(&record) {
-            let reason = format!("appending to {} failed: {error}", log.log.path().display());
-            tracing::error!(path = %self.endpoint, "{reason}; refusing writes until reopened");
-            log.poisoned = Some(reason.clone());
-            return Err(MetaError::other(first_key, reason));
+        if let Some(file) = &mut log.log {
+            if let Err(error) = file.append(&record) {
+                let reason = format!("appending to {} failed: {error}", file.path().display());
+                tracing::error!(path = %self.endpoint, "{reason}; refusing writes until reopened");
+                log.poisoned = Some(reason.clone());
+                return Err(MetaError::other(first_key, reason));
+            }
         }
         let Record::Commit { changes, .. } = record else { unreachable!("built above") };
         {
@@ -287,12 +334,13 @@ impl Inner {
             }
         }
         self.revision_sender.send_replace(revision);
-        if log.log.size_bytes() > self.options.log_compaction_threshold_bytes {
+        let Some(file) = &mut log.log else { return Ok(revision) };
+        if file.size_bytes() > self.options.log_compaction_threshold_bytes {
             let snapshot = {
                 let state = self.state.read().expect("state lock");
                 log::encode_snapshot(state.revision, state.boot_count, &state.kvs)
             };
-            if let Err(error) = log.log.install_snapshot(&snapshot) {
+            if let Err(error) = file.install_snapshot(&snapshot) {
                 // The commit itself is durable; only later writes are refused.
                 let reason = format!("writing a snapshot in {} failed: {error}", self.endpoint);
                 tracing::error!(path = %self.endpoint, "{reason}; refusing writes until reopened");
@@ -475,10 +523,8 @@ async fn run_lease_expiry(inner: Weak<Inner>, wakeup: Arc<Notify>) {
                 state.leases.iter().filter(|(_, lease)| lease.deadline <= now).map(|(id, _)| *id).collect()
             };
             for lease in expired {
-                let inner = inner.clone();
-                match tokio::task::spawn_blocking(move || inner.revoke(lease, true)).await {
-                    Ok(Ok(())) | Ok(Err(MetaError::LeaseExpired { .. })) => {}
-                    Ok(Err(error)) => tracing::error!(lease = %lease, "revoking an expired lease failed: {error}"),
+                match inner.write("", move |inner| inner.revoke(lease, true)).await {
+                    Ok(()) | Err(MetaError::LeaseExpired { .. }) => {}
                     Err(error) => tracing::error!(lease = %lease, "revoking an expired lease failed: {error}"),
                 }
             }

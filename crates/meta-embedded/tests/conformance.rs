@@ -1,5 +1,5 @@
-//! The conformance suite against the embedded store in process, and against the same store
-//! served over 127.0.0.1 to a `RemoteMetaStore`.
+//! The conformance suite against the embedded store in process, the same store in memory, and
+//! the store served over 127.0.0.1 to a `RemoteMetaStore`.
 
 use std::sync::Arc;
 
@@ -16,6 +16,10 @@ async fn embedded_harness() -> (Arc<dyn MetaStore>, TempDir) {
     let dir = tempfile::tempdir().expect("temporary directory");
     let store = EmbeddedMetaStore::open_with(dir.path(), options()).await.expect("open the embedded store");
     (Arc::new(store), dir)
+}
+
+async fn memory_harness() -> (Arc<dyn MetaStore>, ()) {
+    (Arc::new(EmbeddedMetaStore::in_memory(options())), ())
 }
 
 /// Keeps the served store's directory and stops the server when dropped.
@@ -42,6 +46,10 @@ async fn remote_harness() -> (Arc<dyn MetaStore>, Served) {
 
 mod embedded {
     meta::conformance_tests!(super::embedded_harness);
+}
+
+mod memory {
+    meta::conformance_tests!(super::memory_harness);
 }
 
 mod remote {

@@ -158,7 +158,7 @@ async fn down_out_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leade
     loop {
         let map = receiver.borrow_and_update().clone();
         let down = shared.observe_down(&map);
-        for (osd, verdict) in crate::down_out::decide(&map, &down, std::time::SystemTime::now()) {
+        for (osd, verdict) in crate::down_out::decide(&map, &down, stdx::wall_clock::now()) {
             let (out, what) = match verdict {
                 crate::down_out::Verdict::MarkOut => (true, "marked out an osd down longer than down_out_interval"),
                 crate::down_out::Verdict::MarkIn => (false, "marked in an osd the mon had marked out, up again"),

@@ -124,7 +124,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// The registered OSDs without a liveness key, and since when this mon has seen them so.
     pub(crate) fn observe_down(&self, map: &ClusterMap) -> BTreeMap<u32, std::time::SystemTime> {
-        let now = std::time::SystemTime::now();
+        let now = stdx::wall_clock::now();
         let mut down = self.down.lock().expect("the down table is never poisoned");
         down.retain(|osd, _| map.osds.contains_key(osd) && !map.live.contains_key(osd));
         for &osd in map.osds.keys().filter(|osd| !map.live.contains_key(osd)) {
@@ -136,7 +136,7 @@ impl Shared {
     /// The down OSDs for `basalt status`: since when, whether out, and what the mon will do.
     pub(crate) fn down_since(&self, map: &ClusterMap) -> Vec<views::OsdDownView> {
         let down = self.observe_down(map);
-        let verdicts = down_out::decide(map, &down, std::time::SystemTime::now());
+        let verdicts = down_out::decide(map, &down, stdx::wall_clock::now());
         down.iter()
             .map(|(&osd, since)| {
                 let since_unix_s = since.duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs());
@@ -166,7 +166,7 @@ impl Shared {
             .recovery_rate
             .lock()
             .expect("the recovery rate is never poisoned")
-            .observe(std::time::Instant::now(), &left_by_primary);
+            .observe(tokio::time::Instant::now(), &left_by_primary);
         views::RecoveryView {
             objects_left,
             bytes_left: objects_left * u64::from(object_size_bytes),
@@ -192,7 +192,7 @@ pub struct Mon {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
-    api_address: SocketAddr,
+    api_address: Option<SocketAddr>,
 }
 
 impl Mon {
@@ -207,14 +207,36 @@ impl Mon {
         listener: TcpListener,
         reaper: Option<Arc<dyn VolumeReaper>>,
     ) -> Result<Mon, MonError> {
-        let api_address = listener.local_addr().map_err(MonError::Listener)?;
+        Mon::start_with(store, config, Some(listener), reaper).await
+    }
+
+    /// A mon with no API: it leads, publishes and decides as any other (a simulated cluster
+    /// runs its mons so, ADR 0020). [`api_address`](Mon::api_address) must not be asked of it.
+    pub async fn start_without_api(
+        store: Arc<dyn MetaStore>,
+        config: MonConfig,
+        reaper: Option<Arc<dyn VolumeReaper>>,
+    ) -> Result<Mon, MonError> {
+        Mon::start_with(store, config, None, reaper).await
+    }
+
+    async fn start_with(
+        store: Arc<dyn MetaStore>,
+        config: MonConfig,
+        listener: Option<TcpListener>,
+        reaper: Option<Arc<dyn VolumeReaper>>,
+    ) -> Result<Mon, MonError> {
+        let api_address = listener.as_ref().map(TcpListener::local_addr).transpose().map_err(MonError::Listener)?;
         let cluster = admin::ensure_cluster_record(store.as_ref()).await?;
         let watcher = Arc::new(MapWatcher::start(store.clone()).await?);
         let (role, _) = watch::channel(Role::Candidate);
         let shared = Arc::new(Shared {
             store,
             config: ResolvedConfig {
-                api_address: config.api_address.unwrap_or_else(|| api_address.to_string()),
+                api_address: config
+                    .api_address
+                    .or_else(|| api_address.map(|address| address.to_string()))
+                    .unwrap_or_default(),
                 mon_id: config.mon_id,
                 meta_url: config.meta_url,
                 lease_ttl: config.lease_ttl,
@@ -232,19 +254,21 @@ impl Mon {
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
         tasks.spawn(leader::run_candidate(shared.clone(), watcher, reaper, stopped.clone()));
-        let router = api::router(shared.clone());
-        let mut api_stopped = stopped;
-        tasks.spawn(async move {
-            let shutdown = async move {
-                let _ = api_stopped.wait_for(|stopped| *stopped).await;
-            };
-            if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-                tracing::error!(%error, "the mon API server stopped");
-            }
-        });
+        if let Some(listener) = listener {
+            let router = api::router(shared.clone());
+            let mut api_stopped = stopped;
+            tasks.spawn(async move {
+                let shutdown = async move {
+                    let _ = api_stopped.wait_for(|stopped| *stopped).await;
+                };
+                if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+                    tracing::error!(%error, "the mon API server stopped");
+                }
+            });
+        }
         tracing::info!(
             mon = %shared.config.mon_id,
-            api = %api_address,
+            api = %shared.config.api_address,
             cluster_id = %cluster.cluster_id,
             meta = %shared.config.meta_url,
             "mon started"
@@ -261,7 +285,7 @@ impl Mon {
 
     /// The address the API listens on.
     pub fn api_address(&self) -> SocketAddr {
-        self.api_address
+        self.api_address.expect("api_address of a mon started without an API")
     }
 
     pub fn role(&self) -> Role {

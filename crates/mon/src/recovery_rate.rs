@@ -9,7 +9,9 @@
 //! longest of the primaries' own.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// How far back a primary's rate looks.
 pub(crate) const WINDOW: Duration = Duration::from_secs(30);

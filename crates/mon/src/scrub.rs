@@ -43,7 +43,7 @@ pub async fn request(
     } else {
         (None, None, None)
     };
-    let at_unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |now| now.as_secs());
+    let at_unix_s = stdx::wall_clock::unix_seconds();
     for _ in 0..CAS_ATTEMPTS_MAX {
         let kv = store.get(keys::SCRUB_REQUESTS).await?;
         let mut record: ScrubRequestsRecord = match &kv {

@@ -18,7 +18,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use engine::{Completion, Engine, EngineError, Reply, Request};
 use futures_util::future::poll_fn;
@@ -28,6 +28,7 @@ use stdx::SlotTable;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::limits::ENGINE_OPS_IN_FLIGHT_MAX;
 

@@ -3,7 +3,7 @@
 //! address changes.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use wire::Request;
 pub(crate) type OnRefused = Box<dyn Fn(u32, &str)>;
 
 pub(crate) struct Peers {
-    peers: RefCell<HashMap<u32, Rc<Peer>>>,
+    peers: RefCell<BTreeMap<u32, Rc<Peer>>>,
     connect_timeout: Duration,
     call_timeout: Duration,
     refused: OnRefused,
@@ -38,7 +38,7 @@ impl Peer {
 
 impl Peers {
     pub(crate) fn new(connect_timeout: Duration, call_timeout: Duration, refused: OnRefused) -> Peers {
-        Peers { peers: RefCell::new(HashMap::new()), connect_timeout, call_timeout, refused }
+        Peers { peers: RefCell::new(BTreeMap::new()), connect_timeout, call_timeout, refused }
     }
 
     async fn connection(&self, osd: u32, address: &str) -> Result<Connection, String> {
@@ -83,7 +83,7 @@ impl Peers {
 
     /// Closes every connection.
     pub(crate) fn close_all(&self) {
-        for peer in self.peers.borrow_mut().drain().map(|(_, peer)| peer) {
+        for peer in std::mem::take(&mut *self.peers.borrow_mut()).into_values() {
             if let Some((_, connection)) = peer.current.borrow_mut().take() {
                 connection.close("the osd is shutting down");
             }

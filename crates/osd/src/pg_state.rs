@@ -8,7 +8,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use cluster::peering::{History, Interval};
 use engine::ObjectId;

@@ -5,8 +5,10 @@
 //!   an id that outlived its value (a late completion, a peer's stale reply) finds nothing.
 //! - [`WriteOrder`]: writes in flight numbered in arrival order, so a flush can wait for exactly
 //!   the writes that came before it.
+//! - [`wall_clock`]: the time of day, which a simulation can replace on its thread.
 
 mod slot_table;
+pub mod wall_clock;
 mod write_order;
 
 pub use slot_table::SlotTable;

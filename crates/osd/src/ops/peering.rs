@@ -7,11 +7,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cluster::peering::{self, Decision, Listing};
 use cluster::{object_pg, ClusterMap};
 use engine::ObjectId;
+use tokio::time::Instant;
 use wire::{PgId, Request, Response};
 
 use super::admission::PgView;

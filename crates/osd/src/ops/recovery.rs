@@ -6,11 +6,12 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cluster::peering::{History, Interval};
 use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
 use wire::{Opcode, PgId, Request, Response, Status};
 
 use super::{OpError, Osd};

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use cluster::records::{decode, encode, FORMAT_VERSION};
 use cluster::{keys, PgScrubRecord};
@@ -109,10 +109,6 @@ pub(crate) struct ScrubLog {
     last: RefCell<HashMap<PgId, (u64, u64)>>,
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |now| now.as_secs())
-}
-
 impl Osd {
     /// Scrubs the PGs that are due, one at a time, for as long as the OSD runs.
     pub(crate) async fn scrub_due_pgs(self: Rc<Self>) {
@@ -150,7 +146,7 @@ impl Osd {
                 };
                 let last = stored
                     .and_then(|kv| decode::<PgScrubRecord>(&kv.key, &kv.value).ok())
-                    .map_or((0, unix_now()), |record| (record.request, record.finished_unix_s));
+                    .map_or((0, stdx::wall_clock::unix_seconds()), |record| (record.request, record.finished_unix_s));
                 self.scrubs.last.borrow_mut().insert(pg, last);
                 last
             }
@@ -158,7 +154,8 @@ impl Osd {
         if let Some(request) = map.scrub_requests.newest_for(pg.pool, pg.pg).filter(|request| request.id > answered) {
             return Some((request.id, request.inode));
         }
-        (unix_now().saturating_sub(finished) >= map.settings.scrub_interval_s).then_some((0, None))
+        (stdx::wall_clock::unix_seconds().saturating_sub(finished) >= map.settings.scrub_interval_s)
+            .then_some((0, None))
     }
 
     /// Scrubs one PG: every object any member lists (of `inode` only, if given).
@@ -174,7 +171,7 @@ impl Osd {
             objects.extend(listing.into_iter().map(|(object, _)| object));
         }
         objects.retain(|object| inode.is_none_or(|inode| object.inode == inode));
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let mut tally = Tally::default();
         for object in objects {
             self.still_current(state)?;
@@ -273,7 +270,7 @@ impl Osd {
     /// Stores the PG's result and remembers it.
     async fn record_scrub(&self, state: &Rc<Pg>, request: u64, tally: Tally) {
         let pg = state.id;
-        let finished = unix_now();
+        let finished = stdx::wall_clock::unix_seconds();
         let record = PgScrubRecord {
             version: FORMAT_VERSION,
             request,
