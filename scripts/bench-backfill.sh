@@ -19,6 +19,8 @@
 #        VOLUME=1G    the volume;  OSD_SIZE=3G  each OSD's file
 #        MIN_RATE     bytes per second: `basalt config set recovery_bytes_per_s_min` first (default: the cluster's)
 #        LOADED_SCRUB=1   0 skips the scrub under load (the longest phase)
+#        KEEP=DIR     keeps the samples (status's backlog and time left, objects left per
+#                     primary), the logs and fio's results there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/basalt-bin.sh
@@ -43,17 +45,25 @@ run_osd() { # INDEX
 }
 up_count() { "$B" osd ls --json --api $API | jq '[.osds[] | select(.up)] | length'; }
 osd_id() { "$B" osd ls --json --api $API | jq ".osds[] | select(.address == \"127.0.0.$(($1 + 2)):6800\") | .id"; }
-settled() { "$B" pg ls --json --api $API |
-    jq -e '[.pgs[] | select(.state != "clean" or (.acting | sort) != (.target | sort))] | length == 0' >/dev/null; }
+settled_in() { # PG_LS_JSON
+    jq -e '[.pgs[] | select(.state != "clean" or (.acting | sort) != (.target | sort))] | length == 0' <<<"$1" >/dev/null; }
+settled() { settled_in "$("$B" pg ls --json --api $API)"; }
 # Bytes the primaries copied in the background so far (their `pg recovered` log lines).
 copied_bytes() { cat "$D"/osd*.log | sed -n 's/.*pg recovered.* bytes=\([0-9]*\).*/\1/p' | awk '{ b += $1 } END { print b + 0 }'; }
 # Samples status's backlog and time left every INTERVAL seconds (twice a second by default)
 # until every PG is on its new set.
+# Beside FILE, FILE.primaries has each sample's objects left per primary ("OSD:OBJECTS").
 sample_until_settled() { # FILE [INTERVAL]
-    : >"$1"
-    until settled; do
+    : >"$1"; : >"$1.primaries"
+    local pgs t
+    while true; do
+        pgs=$("$B" pg ls --json --api $API) || { sleep 0.1; continue; }
+        settled_in "$pgs" && break
+        t=$(now)
         "$B" status --json --api $API |
-            jq -r --arg t "$(now)" '[$t, .recovery.bytes_left, (.recovery.seconds_left // -1)] | @tsv' >>"$1"
+            jq -r --arg t "$t" '[$t, .recovery.bytes_left, (.recovery.seconds_left // -1)] | @tsv' >>"$1"
+        jq -r --arg t "$t" '[$t] + ([.pgs[] | select(.objects_left > 0)] | group_by(.primary)
+            | map("\(.[0].primary):\(map(.objects_left) | add)")) | @tsv' <<<"$pgs" >>"$1.primaries"
         sleep "${2:-0.5}"
     done
 }
@@ -201,4 +211,8 @@ printf 'scrub     under QD1 reads: %.1f s: %.0f MiB/s read\n' "$seconds" \
 report scrub scrub-read read base-read
 grep -h 'background copies paced' "$D"/osd*.log | tail -5 >&2 || true
 EOF
+if [[ -n ${KEEP:-} ]]; then
+    mkdir -p "$KEEP"
+    cp "$dir"/*.eta* "$dir"/eta.txt* "$dir"/*.log "$dir"/*.json "$KEEP"/ 2>/dev/null || true
+fi
 rm -rf "$dir"
