@@ -2,7 +2,8 @@
 # Backfill and scrub against the disk and against clients, in one sitting on a fresh cluster
 # (mon on its embedded store, three OSDs on files, 3 copies, min_size 2, a volume written whole)
 # in a network namespace of its own:
-#   floor     fio's sequential 1 MiB direct write rate on the same filesystem;
+#   floor     fio's sequential 1 MiB direct write rate on the same filesystem, and its write rate
+#             in a copy's pattern (128 KiB random reads and O_DSYNC writes, half and half);
 #   idle      a fourth OSD joins with no client load: time until every PG is clean on its new
 #             set, bytes the new OSD received, their rate against the floor, and how honest
 #             `basalt status`'s time left was at the halfway point (sampled every 0.1 s);
@@ -109,6 +110,15 @@ fio --name=floor --filename="$D/floor.img" --rw=write --bs=1M --size=1G --direct
 rm -f "$D/floor.img"
 floor=$(jq '.jobs[0].write.bw_bytes / 1048576' "$D/floor.json")
 printf 'floor     sequential 1 MiB direct writes: %.0f MiB/s\n' "$floor"
+# The disk's floor for a copy: every byte copied is read once from the disk and written once
+# onto it, durably; fio's even mix of 128 KiB random reads and O_DSYNC writes, 16 in flight, is
+# that pattern with nothing else (the engine adds its journal to each write; fio does not).
+fio --name=copy-floor --filename="$D/floor.img" --rw=randrw --rwmixread=50 --bs=128k --size=1G --direct=1 \
+    --ioengine=io_uring --iodepth=16 --sync=dsync --runtime=10 --time_based --output-format=json \
+    --output="$D/copy-floor.json"
+rm -f "$D/floor.img"
+copy_floor=$(jq '.jobs[0].write.bw_bytes / 1048576' "$D/copy-floor.json")
+printf 'floor     a copy: 128 KiB random reads and O_DSYNC writes half and half, 16 in flight: %.0f MiB/s written\n' "$copy_floor"
 
 # A join with idle clients, from the OSD's start; status's backlog and time left are sampled
 # every 0.1 s.
@@ -127,8 +137,9 @@ read -r copy_start copy_end < <(awk -v end="$finished" -F'\t' '$2 > 0 && !s { s 
     END { print s, (e ? e : end) }' "$D/eta.txt")
 copy_seconds=$(echo "$copy_end - $copy_start" | bc)
 rate=$(echo "$moved / 1048576 / $copy_seconds" | bc -l)
-printf 'idle      join: %.0f MiB to the new osd, copied in %.1f s: %.0f MiB/s = %.2fx the floor; every PG on its new set %.1f s after the osd started\n' \
-    "$(echo "$moved / 1048576" | bc -l)" "$copy_seconds" "$rate" "$(echo "$rate / $floor" | bc -l)" "$(echo "$finished - $started" | bc)"
+printf 'idle      join: %.0f MiB to the new osd, copied in %.1f s: %.0f MiB/s = %.2fx the sequential floor, %.2fx the copy floor; every PG on its new set %.1f s after the osd started\n' \
+    "$(echo "$moved / 1048576" | bc -l)" "$copy_seconds" "$rate" "$(echo "$rate / $floor" | bc -l)" "$(echo "$rate / $copy_floor" | bc -l)" \
+    "$(echo "$finished - $started" | bc)"
 eta_report idle "$copy_end" "$finished"
 
 qd1() { # NAME RW SECONDS -> fio json in $D/NAME.json
