@@ -20,6 +20,8 @@
 #        VOLUME=1G    the volume;  OSD_SIZE=3G  each OSD's file
 #        MIN_RATE     bytes per second: `basalt config set recovery_bytes_per_s_min` first (default: the cluster's)
 #        LOADED_SCRUB=1   0 skips the scrub under load (the longest phase)
+#        IDLE_ONLY=1  stops after the idle join (with a larger VOLUME, a copy long enough for
+#                     its time left to be judged)
 #        KEEP=DIR     keeps the samples (status's backlog and time left, objects left per
 #                     primary), the logs and fio's results there
 set -euo pipefail
@@ -29,9 +31,9 @@ cd "$(dirname "$0")/.."
 dir=${1:-/var/tmp}/bench-backfill
 rm -rf "$dir"; mkdir -p "$dir"
 echo "bench-backfill $(date -u +%F) $(git rev-parse --short HEAD) volume ${VOLUME:-1G}"
-unshare -n bash -s "$basalt" "$dir" "${VOLUME:-1G}" "${OSD_SIZE:-3G}" "${MIN_RATE:-}" "${LOADED_SCRUB:-1}" <<'EOF'
+unshare -n bash -s "$basalt" "$dir" "${VOLUME:-1G}" "${OSD_SIZE:-3G}" "${MIN_RATE:-}" "${LOADED_SCRUB:-1}" "${IDLE_ONLY:-0}" <<'EOF'
 set -euo pipefail
-B=$1 D=$2 VOLUME=$3 OSD_SIZE=$4 MIN_RATE=$5 LOADED_SCRUB=$6 API=127.0.0.1:8080 NBD=nbd://127.0.0.1:10809/v
+B=$1 D=$2 VOLUME=$3 OSD_SIZE=$4 MIN_RATE=$5 LOADED_SCRUB=$6 IDLE_ONLY=$7 API=127.0.0.1:8080 NBD=nbd://127.0.0.1:10809/v
 ip link set lo up
 pids=()
 trap 'kill -9 "${pids[@]}" 2>/dev/null' EXIT
@@ -141,6 +143,7 @@ printf 'idle      join: %.0f MiB to the new osd, copied in %.1f s: %.0f MiB/s = 
     "$(echo "$moved / 1048576" | bc -l)" "$copy_seconds" "$rate" "$(echo "$rate / $floor" | bc -l)" "$(echo "$rate / $copy_floor" | bc -l)" \
     "$(echo "$finished - $started" | bc)"
 eta_report idle "$copy_end" "$finished"
+if [[ $IDLE_ONLY == 1 ]]; then exit 0; fi
 
 qd1() { # NAME RW SECONDS -> fio json in $D/NAME.json
     fio --name="$1" --ioengine=nbd --uri=$NBD --rw="$2" --bs=4k --iodepth=1 --size="$VOLUME" --time_based \
