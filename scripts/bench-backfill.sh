@@ -52,7 +52,7 @@ settled_in() { # PG_LS_JSON
     jq -e '[.pgs[] | select(.state != "clean" or (.acting | sort) != (.target | sort))] | length == 0' <<<"$1" >/dev/null; }
 settled() { settled_in "$("$B" pg ls --json --api $API)"; }
 # Bytes the primaries copied in the background so far (their `pg recovered` log lines).
-copied_bytes() { cat "$D"/osd*.log | sed -n 's/.*pg recovered.* bytes=\([0-9]*\).*/\1/p' | awk '{ b += $1 } END { print b + 0 }'; }
+copied_bytes() { cat "$D"/osd*.log | sed -n 's/.*pg recovered.* bytes=\([0-9]*\).*/\1/p' | awk '{ b += $1 } END { printf "%.0f\n", b }'; }
 # Samples status's backlog and time left every INTERVAL seconds (twice a second by default)
 # until every PG is on its new set.
 # Beside FILE, FILE.primaries has each sample's objects left per primary ("OSD:OBJECTS").
