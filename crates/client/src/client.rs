@@ -4,7 +4,7 @@
 //! to every OSD that left the map or moved to another address, so calls waiting on a dead OSD
 //! fail at once and retry at the PG's new primary instead of waiting for their deadline.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use cluster::{keys, ClusterMap, VolumeRecord};
 use cluster_watch::MapWatcher;
 use meta::MetaStore;
 use net::Connection;
+use stdx::HashSet;
 use tokio::sync::{watch, OnceCell};
 use tokio::time::Instant;
 
@@ -78,7 +79,7 @@ impl Client {
             map,
             connections: Mutex::new(BTreeMap::new()),
             options,
-            reported: Mutex::new(HashSet::new()),
+            reported: Mutex::new(HashSet::default()),
         });
         tokio::spawn(close_departed_osds(Arc::downgrade(&inner), inner.watcher.subscribe()));
         Ok(Client { inner })

@@ -6,7 +6,7 @@
 //! tables of 16-byte slots that grow by 1.5x at 85% load: 18.8 to 28.3 bytes per object, plus a
 //! fixed cost per group that volumes amortise over many objects.
 
-use std::collections::HashMap;
+use stdx::HashMap;
 
 use crate::ObjectId;
 

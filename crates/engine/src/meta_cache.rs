@@ -6,7 +6,9 @@
 //! never writes a page while a read of it is in flight, so no reader ever sees a half-written
 //! page. Only metadata is cached; object data is always read from the drive.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use stdx::HashMap;
 
 pub enum PageState {
     /// A read is in flight; these waiters get the page when it completes.
@@ -42,7 +44,7 @@ pub enum Lookup<'a> {
 
 impl MetaCache {
     pub fn new(capacity_pages: usize) -> MetaCache {
-        MetaCache { pages: HashMap::new(), order: VecDeque::new(), capacity_pages: capacity_pages.max(16) }
+        MetaCache { pages: HashMap::default(), order: VecDeque::new(), capacity_pages: capacity_pages.max(16) }
     }
 
     pub fn lookup(&mut self, page: u32, waiter: Waiter) -> Lookup<'_> {

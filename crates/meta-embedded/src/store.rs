@@ -534,6 +534,7 @@ async fn run_lease_expiry(inner: Weak<Inner>, wakeup: Arc<Notify>) {
         match next_deadline {
             Some(deadline) => {
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep_until(deadline) => {}
                     _ = wakeup.notified() => {}
                 }
@@ -565,6 +566,7 @@ async fn run_watcher(
             Err(error) => return sender.fail(error),
             Ok(events) if events.is_empty() => {
                 tokio::select! {
+                    biased;
                     changed = revisions.changed() => {
                         if changed.is_err() {
                             return closed(sender);

@@ -76,6 +76,7 @@ pub(crate) async fn run_candidate(
             backoff = Duration::from_millis(100);
         }
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(backoff) => {}
             _ = stop.wait_for(|stopped| *stopped) => return,
         }
@@ -92,6 +93,7 @@ async fn term(
     let store = shared.store.as_ref();
     let lease = store.lease_grant(shared.config.lease_ttl.as_secs().max(1)).await?;
     let end = tokio::select! {
+        biased;
         error = keep_alive(store, lease, shared.config.keep_alive_interval) => Ok(TermEnd::KeepAliveFailed(error)),
         end = campaign_and_lead(shared, watcher, reaper, lease) => end,
         _ = stop.wait_for(|stopped| *stopped) => Ok(TermEnd::Stopped),
@@ -139,6 +141,7 @@ async fn campaign_and_lead(
     tracing::info!(mon = %shared.config.mon_id, token = leadership.revision, "became the leader");
     shared.role.send_replace(Role::Leader);
     tokio::select! {
+        biased;
         lost = leadership.lost(store) => lost.map(|()| TermEnd::Deposed),
         end = publish_loop(shared, watcher, &leadership) => end,
         end = reap_loop(shared, watcher, reaper, &leadership) => end,
@@ -177,6 +180,7 @@ async fn down_out_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leade
             }
         }
         tokio::select! {
+            biased;
             changed = receiver.changed() => {
                 if changed.is_err() {
                     return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));
@@ -259,6 +263,7 @@ async fn publish_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leader
         }
         let wake_at = [in_grace.then_some(grace_end), retry_at].into_iter().flatten().min();
         tokio::select! {
+            biased;
             changed = receiver.changed() => {
                 if changed.is_err() {
                     return Err(MetaError::unavailable(shared.store.endpoint(), "the cluster map watcher stopped"));
@@ -439,6 +444,7 @@ async fn reap_loop(
             }
         }
         tokio::select! {
+            biased;
             changed = receiver.changed() => {
                 if changed.is_err() {
                     return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));

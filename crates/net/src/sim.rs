@@ -69,6 +69,8 @@ struct NetState {
     pipes: Vec<Weak<Pipe>>,
     /// Counts connections, for the names of the connecting ends.
     connections: u64,
+    /// Connects and writes, when recorded ([`SimNet::record_events`]).
+    events: Option<Vec<(Instant, String)>>,
 }
 
 impl SimNet {
@@ -83,10 +85,21 @@ impl SimNet {
                     cuts: BTreeSet::new(),
                     pipes: Vec::new(),
                     connections: 0,
+                    events: None,
                 }),
                 changed: Notify::new(),
             }),
         }
+    }
+
+    /// Starts keeping a log of connects and writes (for a simulation's trace).
+    pub fn record_events(&self) {
+        self.state().events.get_or_insert_with(Vec::new);
+    }
+
+    /// The connects and writes logged since the last call, with their times.
+    pub fn take_events(&self) -> Vec<(Instant, String)> {
+        self.state().events.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Makes this network answer `sim:` addresses on the current thread.
@@ -220,6 +233,8 @@ impl SimNet {
             return None;
         }
         state.connections += 1;
+        let number = state.connections;
+        state.log(|| format!("connect {from}#{number} to {SIM_PREFIX}{name}"));
         let outbound = Pipe::new(from.clone(), to.clone());
         let inbound = Pipe::new(to, from.clone());
         state.pipes.push(Arc::downgrade(&outbound));
@@ -245,6 +260,12 @@ impl SimNet {
 }
 
 impl NetState {
+    fn log(&mut self, event: impl FnOnce() -> String) {
+        if let Some(events) = &mut self.events {
+            events.push((Instant::now(), event()));
+        }
+    }
+
     fn latency(&mut self) -> Duration {
         let (min, max) = (self.options.latency_min, self.options.latency_max);
         let span = u64::try_from((max - min).as_nanos()).unwrap_or(u64::MAX);
@@ -513,6 +534,9 @@ impl SimStream {
         let mut network = self.network.state();
         let cut = network.cuts.contains(&(self.outbound.from.clone(), self.outbound.to.clone()));
         let latency = network.latency();
+        let (from, to) = (&self.outbound.from, &self.outbound.to);
+        network
+            .log(|| format!("{from} to {to}: {} bytes in {latency:?}{}", bytes.len(), if cut { ", held" } else { "" }));
         drop(network);
         let mut state = self.outbound.lock();
         if state.reset {

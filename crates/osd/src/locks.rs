@@ -6,10 +6,10 @@
 //! in flight (`limits`).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use engine::ObjectId;
+use stdx::HashMap;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
 #[derive(Default)]

@@ -160,6 +160,7 @@ impl Pacer {
                 Some(Duration::MAX) => changed.await,
                 Some(wait) => {
                     tokio::select! {
+                        biased;
                         _ = changed => {}
                         _ = tokio::time::sleep(wait) => {}
                     }

@@ -6,8 +6,10 @@
 //! PG's `Pg` to be active at their epoch. Nothing here does I/O.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+
+use stdx::HashMap;
 use tokio::time::Instant;
 
 use cluster::peering::{History, Interval};

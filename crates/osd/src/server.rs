@@ -26,10 +26,11 @@ pub(crate) async fn accept_until(
     tokio::pin!(stop);
     loop {
         let accepted: std::io::Result<Stream> = tokio::select! {
+            biased;
             () = &mut stop => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             accepted = listener.accept() => accepted,
             accepted = accept_local(local.as_ref()) => accepted,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         match accepted {
             Ok(stream) => {

@@ -6,10 +6,13 @@
 //! - [`WriteOrder`]: writes in flight numbered in arrival order, so a flush can wait for exactly
 //!   the writes that came before it.
 //! - [`wall_clock`]: the time of day, which a simulation can replace on its thread.
+//! - [`HashMap`], [`HashSet`]: std's, with an iteration order a simulation can fix.
 
+pub mod hash_map;
 mod slot_table;
 pub mod wall_clock;
 mod write_order;
 
+pub use hash_map::{HashMap, HashSet};
 pub use slot_table::SlotTable;
 pub use write_order::{FlushMark, WriteOrder};

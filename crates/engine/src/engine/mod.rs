@@ -32,9 +32,10 @@ mod space;
 mod write;
 mod writeback;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use platform::{AlignedBuffer, Disk, DiskCompletion, DiskError};
+use stdx::HashMap;
 
 use crate::index::{Index, IndexEntry};
 use crate::layout::{page_crc, Geometry, JournalEntry, MetaEntry, Superblock, PAGE_SIZE_BYTES};

@@ -5,9 +5,10 @@
 //! superblock's tail (the decision table is on `replay_journal`) and brings both superblock
 //! copies to the same tail before the engine writes its first record.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use platform::{AlignedBuffer, Disk, DiskError, DiskOp, DiskRequest};
+use stdx::HashMap;
 
 use super::{Engine, EngineOptions, EngineStats, FormatOptions, RecordInfo, PAGE, PAGE_USIZE};
 use crate::index::{Index, IndexEntry};
@@ -113,22 +114,22 @@ impl<D: Disk> Engine<D> {
             geometry,
             poisoned: None,
             index: Index::default(),
-            dirty: HashMap::new(),
+            dirty: HashMap::default(),
             block_refs: vec![0; block_count],
             free_blocks: geometry.block_count,
             reserved_blocks: 0,
             allocation_cursor: 0,
             last_version: 0,
-            journaled_deletes: HashMap::new(),
+            journaled_deletes: HashMap::default(),
             next_io_id: 1,
-            ios: HashMap::new(),
+            ios: HashMap::default(),
             reaped: Vec::new(),
             completions: Vec::new(),
             next_write_seq: 1,
             writes_in_flight: BTreeSet::new(),
             flush_waiters: VecDeque::new(),
-            big_writes: HashMap::new(),
-            object_queues: HashMap::new(),
+            big_writes: HashMap::default(),
+            object_queues: HashMap::default(),
             pending: VecDeque::new(),
             pending_bytes: 0,
             journal_head_bytes: superblock.journal_tail_offset_bytes,
@@ -136,7 +137,7 @@ impl<D: Disk> Engine<D> {
             records: VecDeque::new(),
             records_in_flight: VecDeque::new(),
             committed_seq: superblock.journal_tail_seq - 1,
-            sealed_objects: HashMap::new(),
+            sealed_objects: HashMap::default(),
             journal_failure: None,
             written_back_seq: superblock.journal_tail_seq - 1,
             journal_pins: BTreeMap::new(),
@@ -146,7 +147,7 @@ impl<D: Disk> Engine<D> {
             writeback_requested: false,
             journal_full: false,
             next_read_id: 1,
-            reads: HashMap::new(),
+            reads: HashMap::default(),
             meta_cache: MetaCache::new(options.meta_cache_bytes / PAGE_USIZE),
             writeback_job: None,
             records_in_flight_max: options.records_in_flight_max.max(1),

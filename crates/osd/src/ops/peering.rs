@@ -40,6 +40,7 @@ impl Osd {
             let map = receiver.borrow_and_update().clone();
             self.start_peering(&map);
             tokio::select! {
+                biased;
                 changed = receiver.changed() => if changed.is_err() { return },
                 _ = retry.tick() => {}
             }

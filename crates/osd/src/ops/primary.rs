@@ -209,6 +209,7 @@ impl Osd {
         // version minted for this object comes after it.
         let remotes = async {
             tokio::select! {
+                biased;
                 results = futures_util::future::join_all(remotes) => Some(results),
                 () = self.epoch_moved(pg, epoch) => None,
             }

@@ -10,13 +10,14 @@
 //! lowest priority. The last result of each PG is stored at `/basalt/pg-scrub/<pool>/<pg>`.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
 use cluster::records::{decode, encode, FORMAT_VERSION};
 use cluster::{keys, PgScrubRecord};
 use engine::{EngineError, ObjectId};
+use stdx::HashMap;
 use wire::{PgId, Request, Response, Status};
 
 use super::primary::Mutation;
