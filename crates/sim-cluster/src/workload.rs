@@ -1,0 +1,127 @@
+//! The clients: each a node of the network making one op at a time on a random block of a
+//! random volume (writes, reads, trims, zeroing), every reply checked against the history; at
+//! the end, every block touched is read once more (nothing acknowledged may be lost).
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use client::{Client, ClientOptions, Volume};
+use meta::MetaStore;
+use net::sim::SimNet;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::cluster::{derive, Run};
+use crate::history::{contents, Address, BLOCK_BYTES};
+use crate::SimOptions;
+
+pub(crate) fn volume_name(index: usize) -> String {
+    format!("vol{index}")
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Write,
+    Read,
+    Trim,
+    Zero,
+}
+
+/// Runs the clients to the end, then the final reads.
+pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaStore>, run: &Rc<Run>) {
+    let client = match SimNet::on_node("client", Client::with_store_and_options(store.clone(), client_options())).await
+    {
+        Ok(client) => Rc::new(client),
+        Err(error) => return run.violation(format!("the client could not start: {error}")),
+    };
+    let mut volumes = Vec::new();
+    for index in 0..options.volumes {
+        match SimNet::on_node("client", client.open_volume(&volume_name(index))).await {
+            Ok(volume) => volumes.push(Rc::new(volume)),
+            Err(error) => return run.violation(format!("volume {index} could not be opened: {error}")),
+        }
+    }
+    let mut clients = Vec::new();
+    for index in 0..options.clients {
+        let node = format!("client{index}");
+        let task = one_client(derive(seed, 1000 + index as u64), index, options.clone(), volumes.clone(), run.clone());
+        clients.push(tokio::task::spawn_local(SimNet::on_node(&node, task)));
+    }
+    for client in clients {
+        if let Err(error) = client.await {
+            run.violation(format!("a client task failed: {error}"));
+        }
+    }
+    // Nothing is in flight now: every block must read as its last acknowledged write (or one
+    // that failed after it).
+    let addresses = run.history.borrow().addresses();
+    for address in addresses {
+        SimNet::on_node("client", read(&volumes, address, run, "final")).await;
+    }
+}
+
+fn client_options() -> ClientOptions {
+    // Waits for as long as it takes (no faults make ops fail), retrying quickly.
+    ClientOptions { io_timeout: None, ..ClientOptions::default() }
+}
+
+async fn one_client(seed: u64, index: usize, options: SimOptions, volumes: Vec<Rc<Volume>>, run: Rc<Run>) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for _ in 0..options.ops_per_client {
+        let address = (rng.gen_range(0..volumes.len()), rng.gen_range(0..options.blocks_per_volume));
+        let op = match rng.gen_range(0..100) {
+            0..=44 => Op::Write,
+            45..=89 => Op::Read,
+            90..=94 => Op::Trim,
+            _ => Op::Zero,
+        };
+        let who = format!("client{index}");
+        match op {
+            Op::Read => read(&volumes, address, &run, &who).await,
+            Op::Write | Op::Trim | Op::Zero => write(&volumes, address, op, &run, &who).await,
+        }
+        let pause = rng.gen_range(0..2_000);
+        tokio::time::sleep(Duration::from_micros(pause)).await;
+    }
+}
+
+async fn write(volumes: &[Rc<Volume>], address: Address, op: Op, run: &Run, who: &str) {
+    let id = run.history.borrow_mut().write_started(address, !matches!(op, Op::Write));
+    run.record(format_args!("{who} {op:?} vol{} block {} as write {id}", address.0, address.1));
+    let volume = &volumes[address.0];
+    let offset = address.1 * BLOCK_BYTES as u64;
+    let result = match op {
+        Op::Write => volume.write(offset, Bytes::from(contents(address, id))).await,
+        Op::Trim => volume.trim(offset, BLOCK_BYTES as u64).await,
+        Op::Zero => volume.write_zeroes(offset, BLOCK_BYTES as u64).await,
+        Op::Read => unreachable!("not a write"),
+    };
+    match result {
+        Ok(()) => {
+            run.history.borrow_mut().write_acknowledged(address, id);
+            run.record(format_args!("{who} write {id} acknowledged"));
+        }
+        // With no faults, nothing may fail.
+        Err(error) => {
+            run.history.borrow_mut().write_failed();
+            run.violation(format!("{who} write {id} failed: {error}"));
+        }
+    }
+}
+
+async fn read(volumes: &[Rc<Volume>], address: Address, run: &Run, who: &str) {
+    let start = run.history.borrow_mut().tick();
+    let offset = address.1 * BLOCK_BYTES as u64;
+    match volumes[address.0].read(offset, BLOCK_BYTES as u32).await {
+        Ok(data) => {
+            let checked = run.history.borrow_mut().check_read(address, start, &data);
+            match checked {
+                Ok(id) => run.record(format_args!("{who} read vol{} block {} as write {id}", address.0, address.1)),
+                Err(violation) => run.violation(format!("{who}: {violation}")),
+            }
+        }
+        Err(error) => run.violation(format!("{who} read of vol{} block {} failed: {error}", address.0, address.1)),
+    }
+}
