@@ -26,6 +26,7 @@ mod pacer;
 mod peers;
 mod pg_history;
 mod pg_state;
+pub mod planted;
 mod registration;
 mod server;
 

@@ -69,12 +69,67 @@ pub(crate) struct OsdNode {
     pub(crate) process: Option<JoinHandle<()>>,
 }
 
+/// The OSD nodes, for the faults to kill and restart.
+pub(crate) struct Nodes {
+    network: SimNet,
+    store: Arc<dyn MetaStore>,
+    run: Rc<Run>,
+    osds: RefCell<Vec<OsdNode>>,
+}
+
+impl Nodes {
+    pub(crate) fn count(&self) -> usize {
+        self.osds.borrow().len()
+    }
+
+    pub(crate) fn is_running(&self, index: usize) -> bool {
+        self.osds.borrow()[index].process.is_some()
+    }
+
+    /// Kills OSD `index` as a power loss would: its tasks and connections gone at once, the
+    /// disk's writes in flight lost, its unflushed ones kept, lost or torn as `SimDisk` decides.
+    pub(crate) async fn kill(&self, index: usize) {
+        let (name, process) = {
+            let mut osds = self.osds.borrow_mut();
+            (osds[index].name.clone(), osds[index].process.take())
+        };
+        let Some(process) = process else { return };
+        process.abort();
+        let _ = process.await;
+        self.network.kill(&name);
+        self.osds.borrow()[index].disk.crash();
+        self.run.record(format_args!("fault: {name} killed"));
+    }
+
+    /// Starts OSD `index` again on its disk.
+    pub(crate) fn restart(&self, index: usize) {
+        let mut osds = self.osds.borrow_mut();
+        let node = &mut osds[index];
+        if node.process.is_some() {
+            return;
+        }
+        self.run.record(format_args!("fault: {} restarted", node.name));
+        let disk = Box::new(node.disk.reopen());
+        node.process = Some(spawn_osd(&self.network, &self.store, node, disk, &self.run));
+    }
+
+    /// Stops every OSD at once (the run is over).
+    fn abort_all(&self) {
+        for osd in self.osds.borrow_mut().iter_mut() {
+            if let Some(process) = osd.process.take() {
+                process.abort();
+            }
+            self.network.kill(&osd.name);
+        }
+    }
+}
+
 pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     clock::install();
     let network = SimNet::new(SimNetOptions {
         seed: derive(seed, 1),
         latency_min: Duration::from_micros(50),
-        latency_max: Duration::from_micros(400),
+        latency_max: Duration::from_millis(2),
     });
     network.install();
     network.record_events();
@@ -101,25 +156,15 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
 
     let mut osds = Vec::new();
     for index in 0..options.osds {
-        osds.push(start_osd(&network, &store, seed, index, &run).await);
+        osds.push(start_osd(&network, &store, seed, index, &run));
     }
-    let outcome = match prepare(&store, &options).await {
-        Ok(()) => {
-            workload::run(seed, &options, &store, &run).await;
-            None
-        }
-        Err(error) => Some(error),
-    };
-    if let Some(error) = outcome {
-        run.violation(error);
+    let nodes =
+        Rc::new(Nodes { network: network.clone(), store: store.clone(), run: run.clone(), osds: RefCell::new(osds) });
+    match prepare(&store, &options).await {
+        Ok(()) => workload::run(seed, &options, &store, &nodes, &run).await,
+        Err(error) => run.violation(error),
     }
-
-    for osd in &mut osds {
-        if let Some(process) = osd.process.take() {
-            process.abort();
-        }
-        network.kill(&osd.name);
-    }
+    nodes.abort_all();
     mon.shutdown().await;
     recorder.abort();
     let simulated = run.started.elapsed();
@@ -129,7 +174,7 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
 }
 
 /// Formats a disk and starts an OSD on it.
-async fn start_osd(network: &SimNet, store: &Arc<dyn MetaStore>, seed: u64, index: usize, run: &Rc<Run>) -> OsdNode {
+fn start_osd(network: &SimNet, store: &Arc<dyn MetaStore>, seed: u64, index: usize, run: &Rc<Run>) -> OsdNode {
     let name = format!("osd{index}");
     let disk = SimDisk::new(SimDiskOptions {
         size_bytes: DISK_BYTES,

@@ -13,6 +13,7 @@
 //!
 //! - `cluster.rs`: building the nodes and the pool.
 //! - `workload.rs`: the clients.
+//! - `faults.rs`: OSDs killed and restarted while the clients run.
 //! - `history.rs`: what each block may read as, and the violations.
 //! - `trace.rs`: the trace and its hash.
 //! - `clock.rs`: the simulated time of day.
@@ -22,6 +23,7 @@ compile_error!("the simulation seeds tokio's RNG, which needs `--cfg tokio_unsta
 
 mod clock;
 mod cluster;
+mod faults;
 mod history;
 mod trace;
 mod workload;
@@ -41,11 +43,23 @@ pub struct SimOptions {
     pub ops_per_client: usize,
     /// Blocks of each volume the clients touch (few, so that writes meet).
     pub blocks_per_volume: u64,
+    /// Whether OSDs are killed and restarted while the clients run (`faults.rs`).
+    pub faults: bool,
+    /// A known bug planted in the OSDs, for the mutation checks.
+    pub planted: Option<osd::planted::PlantedBug>,
 }
 
 impl Default for SimOptions {
     fn default() -> SimOptions {
-        SimOptions { osds: 3, clients: 3, volumes: 2, ops_per_client: 40, blocks_per_volume: 48 }
+        SimOptions {
+            osds: 3,
+            clients: 3,
+            volumes: 2,
+            ops_per_client: 200,
+            blocks_per_volume: 48,
+            faults: true,
+            planted: None,
+        }
     }
 }
 
@@ -72,6 +86,7 @@ impl Outcome {
 /// Runs one seed on this thread (which must not be inside a tokio runtime).
 pub fn run(seed: u64, options: &SimOptions) -> Outcome {
     stdx::hash_map::fix_on_this_thread(true);
+    osd::planted::plant(options.planted);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -86,6 +101,7 @@ pub fn run(seed: u64, options: &SimOptions) -> Outcome {
     clock::uninstall();
     net::sim::SimNet::uninstall();
     stdx::hash_map::fix_on_this_thread(false);
+    osd::planted::plant(None);
     outcome
 }
 

@@ -13,7 +13,8 @@ use net::sim::SimNet;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::cluster::{derive, Run};
+use crate::cluster::{derive, Nodes, Run};
+use crate::faults;
 use crate::history::{contents, Address, BLOCK_BYTES};
 use crate::SimOptions;
 
@@ -29,8 +30,14 @@ enum Op {
     Zero,
 }
 
-/// Runs the clients to the end, then the final reads.
-pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaStore>, run: &Rc<Run>) {
+/// How long the clients may take, faults included, before the run counts as stuck: a kill
+/// costs an op at most a lease (3 s) and a peering.
+const CLIENTS_DEADLINE: Duration = Duration::from_secs(600);
+/// How long the final reads may take (a lease and a peering if a primary is down).
+const FINAL_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs the clients to the end (with faults, if asked), then the final reads.
+pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaStore>, nodes: &Rc<Nodes>, run: &Rc<Run>) {
     let client = match SimNet::on_node("client", Client::with_store_and_options(store.clone(), client_options())).await
     {
         Ok(client) => Rc::new(client),
@@ -43,22 +50,49 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
             Err(error) => return run.violation(format!("volume {index} could not be opened: {error}")),
         }
     }
+    let faults = options.faults.then(|| tokio::task::spawn_local(faults::inject(derive(seed, 2), nodes.clone())));
     let mut clients = Vec::new();
     for index in 0..options.clients {
         let node = format!("client{index}");
         let task = one_client(derive(seed, 1000 + index as u64), index, options.clone(), volumes.clone(), run.clone());
         clients.push(tokio::task::spawn_local(SimNet::on_node(&node, task)));
     }
-    for client in clients {
-        if let Err(error) = client.await {
-            run.violation(format!("a client task failed: {error}"));
+    let finished = tokio::time::timeout(CLIENTS_DEADLINE, async {
+        for client in clients {
+            if let Err(error) = client.await {
+                run.violation(format!("a client task failed: {error}"));
+            }
         }
+    })
+    .await;
+    if let Some(faults) = &faults {
+        faults.abort();
+    }
+    if let Some(faults) = faults {
+        let _ = faults.await;
+    }
+    if finished.is_err() {
+        return run.violation(format!("the clients did not finish within {CLIENTS_DEADLINE:?} (liveness)"));
     }
     // Nothing is in flight now: every block must read as its last acknowledged write (or one
-    // that failed after it).
+    // that failed after it), first with the OSD the faults left down still down (the pool
+    // serves with one copy gone), then with every OSD back.
+    final_reads(&volumes, run, "final").await;
+    if options.faults {
+        faults::heal(nodes);
+        final_reads(&volumes, run, "healed").await;
+    }
+}
+
+async fn final_reads(volumes: &[Rc<Volume>], run: &Run, who: &str) {
     let addresses = run.history.borrow().addresses();
-    for address in addresses {
-        SimNet::on_node("client", read(&volumes, address, run, "final")).await;
+    let reads = async {
+        for address in addresses {
+            SimNet::on_node("client", read(volumes, address, run, who)).await;
+        }
+    };
+    if tokio::time::timeout(FINAL_DEADLINE, reads).await.is_err() {
+        run.violation(format!("the {who} reads did not finish within {FINAL_DEADLINE:?} (liveness)"));
     }
 }
 

@@ -1,11 +1,14 @@
 //! Simulated runs of the whole cluster, each seed twice: every check of `sim-cluster` must
 //! pass, and both runs must leave the same trace.
 //!
-//! `BASALT_SIM_SEEDS=N` runs seeds 1 to N (default 20); `BASALT_SIM_SEED=S` runs seed S alone,
-//! and `BASALT_SIM_TRACE=1` prints its trace.
+//! `BASALT_SIM_SEEDS=N` runs N seeds (default 500) from `BASALT_SIM_FIRST` (default 1);
+//! `BASALT_SIM_SEED=S` runs seed S alone, and `BASALT_SIM_TRACE=1` prints its trace.
+//! `BASALT_SIM_PLANT=ack-before-replicas` plants that bug (`osd::planted`), to replay what the
+//! mutation checks found.
 
 use std::time::Instant;
 
+use osd::planted::PlantedBug;
 use sim_cluster::{replay_command, run, SimOptions};
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -16,10 +19,18 @@ fn env_u64(name: &str) -> Option<u64> {
 fn seeds_pass_and_replay_alike() {
     let seeds: Vec<u64> = match env_u64("BASALT_SIM_SEED") {
         Some(seed) => vec![seed],
-        None => (1..=env_u64("BASALT_SIM_SEEDS").unwrap_or(20)).collect(),
+        None => {
+            let first = env_u64("BASALT_SIM_FIRST").unwrap_or(1);
+            (first..first + env_u64("BASALT_SIM_SEEDS").unwrap_or(500)).collect()
+        }
     };
     let print_trace = std::env::var_os("BASALT_SIM_TRACE").is_some();
-    let options = SimOptions::default();
+    let planted = match std::env::var("BASALT_SIM_PLANT").ok().as_deref() {
+        None => None,
+        Some("ack-before-replicas") => Some(PlantedBug::AckBeforeReplicas),
+        Some(other) => panic!("BASALT_SIM_PLANT={other}: the bugs are ack-before-replicas"),
+    };
+    let options = SimOptions { planted, ..SimOptions::default() };
     let started = Instant::now();
     let mut simulated = std::time::Duration::ZERO;
     for &seed in &seeds {

@@ -197,6 +197,12 @@ impl TimedDiskControl {
         self.shared.borrow_mut().apply_due(None);
     }
 
+    /// Another handle on the same drive, for the process started after a crash (the engine
+    /// that held the first one is gone).
+    pub fn reopen(&self) -> TimedDisk {
+        TimedDisk { shared: self.shared.clone() }
+    }
+
     /// The readiness an engine loop waits on ([`DiskReady`]).
     pub fn ready(&self) -> TimedDiskReady {
         TimedDiskReady { control: self.clone(), waiting: RefCell::new(None) }

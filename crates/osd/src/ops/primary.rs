@@ -214,7 +214,13 @@ impl Osd {
                 () = self.epoch_moved(pg, epoch) => None,
             }
         };
-        let (local, remotes) = futures_util::future::join(local, remotes).await;
+        let (local, remotes) = if crate::planted::is_planted(crate::planted::PlantedBug::AckBeforeReplicas) {
+            let mut remotes = std::pin::pin!(remotes);
+            let started = futures_util::FutureExt::now_or_never(remotes.as_mut());
+            (local.await, Some(started.flatten().unwrap_or_default()))
+        } else {
+            futures_util::future::join(local, remotes).await
+        };
         local?;
         // The object's queue kept every other write out: what the engine holds now is what this
         // op minted, and the version every secondary was sent (a delete's version stays until

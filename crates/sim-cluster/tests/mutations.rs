@@ -1,0 +1,27 @@
+//! The checks of `sim-cluster` catch real bugs: each bug planted in the OSDs
+//! (`osd::planted`) must make some seed fail within a stated number of seeds, with faults on.
+
+use osd::planted::PlantedBug;
+use sim_cluster::{run, SimOptions};
+
+/// Runs seeds from 1 with `bug` planted until one fails; returns how many it took.
+fn seeds_to_catch(bug: PlantedBug, limit: u64) -> Option<(u64, Vec<String>)> {
+    let options = SimOptions { planted: Some(bug), ..SimOptions::default() };
+    (1..=limit).find_map(|seed| {
+        let outcome = run(seed, &options);
+        (!outcome.passed()).then_some((seed, outcome.violations))
+    })
+}
+
+#[test]
+fn a_primary_that_acknowledges_before_its_replicas_is_caught() {
+    let limit = 200;
+    let (seeds, violations) = seeds_to_catch(PlantedBug::AckBeforeReplicas, limit)
+        .unwrap_or_else(|| panic!("no violation in {limit} seeds with {:?} planted", PlantedBug::AckBeforeReplicas));
+    eprintln!(
+        "{:?} caught at seed {seeds}: {}\nreplay: BASALT_SIM_PLANT=ack-before-replicas {}",
+        PlantedBug::AckBeforeReplicas,
+        violations[0],
+        sim_cluster::replay_command(seeds)
+    );
+}
