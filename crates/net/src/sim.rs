@@ -139,6 +139,13 @@ impl SimNet {
         Ok(SimListener { network: self.clone(), name, shared: listener })
     }
 
+    /// Whether `a` and `b` are cut apart, either way (a call from one to the other and its
+    /// reply cannot both go through).
+    pub fn is_cut(&self, a: &str, b: &str) -> bool {
+        let state = self.state();
+        state.cuts.iter().any(|(from, to)| (&**from == a && &**to == b) || (&**from == b && &**to == a))
+    }
+
     /// Holds every byte `from` sends to `to` until [`heal`](SimNet::heal).
     pub fn cut(&self, from: &str, to: &str) {
         let mut state = self.state();

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::history::History;
+use crate::node_store::{NodeStore, STORE_NODE};
 use crate::trace::{fnv1a, Trace};
 use crate::{clock, workload, Outcome, SimOptions};
 
@@ -69,12 +70,14 @@ pub(crate) struct OsdNode {
     pub(crate) process: Option<JoinHandle<()>>,
 }
 
-/// The OSD nodes, for the faults to kill and restart.
+/// The OSD nodes, for the faults to kill, restart and cut off.
 pub(crate) struct Nodes {
     network: SimNet,
     store: Arc<dyn MetaStore>,
     run: Rc<Run>,
     osds: RefCell<Vec<OsdNode>>,
+    /// Every node of the network (OSDs, clients, the store, the checker), for partitions.
+    names: Vec<String>,
 }
 
 impl Nodes {
@@ -111,6 +114,22 @@ impl Nodes {
         self.run.record(format_args!("fault: {} restarted", node.name));
         let disk = Box::new(node.disk.reopen());
         node.process = Some(spawn_osd(&self.network, &self.store, node, disk, &self.run));
+    }
+
+    /// Cuts OSD `index` off from every other node, the store included, both ways: what it
+    /// sends is held until the partition heals.
+    pub(crate) fn isolate(&self, index: usize) {
+        let name = self.osds.borrow()[index].name.clone();
+        for other in self.names.iter().filter(|other| **other != name) {
+            self.network.partition(&name, other);
+        }
+        self.run.record(format_args!("fault: {name} cut off from every node"));
+    }
+
+    /// Heals every partition.
+    pub(crate) fn heal_network(&self) {
+        self.network.heal_all();
+        self.run.record("fault: partitions healed");
     }
 
     /// Stops every OSD at once (the run is over).
@@ -152,14 +171,23 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     let mut mon_config = mon::MonConfig::new("mon-a", "memory");
     // Its connects would come from no node of the network; OSDs are found down by their leases.
     mon_config.fast_down = false;
-    let mon = mon::Mon::start_without_api(store.clone(), mon_config, None).await.expect("the mon starts");
+    let mon_store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), "mon", &network));
+    let mon = mon::Mon::start_without_api(mon_store, mon_config, None).await.expect("the mon starts");
 
     let mut osds = Vec::new();
     for index in 0..options.osds {
         osds.push(start_osd(&network, &store, seed, index, &run));
     }
-    let nodes =
-        Rc::new(Nodes { network: network.clone(), store: store.clone(), run: run.clone(), osds: RefCell::new(osds) });
+    let mut names: Vec<String> = osds.iter().map(|osd| osd.name.clone()).collect();
+    names.extend(["client".to_string(), "checker".to_string(), STORE_NODE.to_string()]);
+    names.extend((0..options.clients).map(|index| format!("client{index}")));
+    let nodes = Rc::new(Nodes {
+        network: network.clone(),
+        store: store.clone(),
+        run: run.clone(),
+        osds: RefCell::new(osds),
+        names,
+    });
     match prepare(&store, &options).await {
         Ok(()) => workload::run(seed, &options, &store, &nodes, &run).await,
         Err(error) => run.violation(error),
@@ -212,6 +240,7 @@ fn spawn_osd(
 ) -> JoinHandle<()> {
     let address = format!("{}{}", net::sim::SIM_PREFIX, node.name);
     let listener = network.listen(&node.name, &address).expect("a free simulated address");
+    let store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), &node.name, network));
     let mut config = OsdConfig::new(Metadata::Store(store.clone()), format!("/sim/{}", node.name), address.clone());
     config.host = Some(format!("host-{}", node.name));
     let env = OsdEnv {

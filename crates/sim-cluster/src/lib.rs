@@ -13,7 +13,9 @@
 //!
 //! - `cluster.rs`: building the nodes and the pool.
 //! - `workload.rs`: the clients.
-//! - `faults.rs`: OSDs killed and restarted while the clients run.
+//! - `faults.rs`: OSDs killed and restarted, or cut off and healed, while the clients run.
+//! - `node_store.rs`: the metadata store as each node reaches it, through the network's cuts.
+//! - `settle.rs`: every PG clean on its target set within a bound once the faults stop.
 //! - `history.rs`: what each block may read as, and the violations.
 //! - `trace.rs`: the trace and its hash.
 //! - `clock.rs`: the simulated time of day.
@@ -25,6 +27,8 @@ mod clock;
 mod cluster;
 mod faults;
 mod history;
+mod node_store;
+mod settle;
 mod trace;
 mod workload;
 

@@ -14,9 +14,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::cluster::{derive, Nodes, Run};
-use crate::faults;
 use crate::history::{contents, Address, BLOCK_BYTES};
 use crate::SimOptions;
+use crate::{faults, settle};
 
 pub(crate) fn volume_name(index: usize) -> String {
     format!("vol{index}")
@@ -82,6 +82,7 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         faults::heal(nodes);
         final_reads(&volumes, run, "healed").await;
     }
+    settle::wait_until_clean(store, run).await;
 }
 
 async fn final_reads(volumes: &[Rc<Volume>], run: &Run, who: &str) {

@@ -13,15 +13,18 @@ fn seeds_to_catch(bug: PlantedBug, limit: u64) -> Option<(u64, Vec<String>)> {
     })
 }
 
-#[test]
-fn a_primary_that_acknowledges_before_its_replicas_is_caught() {
-    let limit = 200;
-    let (seeds, violations) = seeds_to_catch(PlantedBug::AckBeforeReplicas, limit)
-        .unwrap_or_else(|| panic!("no violation in {limit} seeds with {:?} planted", PlantedBug::AckBeforeReplicas));
+/// Fails unless `bug` makes a seed fail within `limit` seeds; prints which.
+fn caught_within(bug: PlantedBug, name: &str, limit: u64) {
+    let (seeds, violations) =
+        seeds_to_catch(bug, limit).unwrap_or_else(|| panic!("no violation in {limit} seeds with {bug:?} planted"));
     eprintln!(
-        "{:?} caught at seed {seeds}: {}\nreplay: BASALT_SIM_PLANT=ack-before-replicas {}",
-        PlantedBug::AckBeforeReplicas,
+        "{bug:?} caught at seed {seeds}: {}\nreplay: BASALT_SIM_PLANT={name} {}",
         violations[0],
         sim_cluster::replay_command(seeds)
     );
+}
+
+#[test]
+fn a_primary_that_acknowledges_before_its_replicas_is_caught() {
+    caught_within(PlantedBug::AckBeforeReplicas, "ack-before-replicas", 200);
 }

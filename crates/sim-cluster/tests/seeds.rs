@@ -4,7 +4,7 @@
 //! `BASALT_SIM_SEEDS=N` runs N seeds (default 500) from `BASALT_SIM_FIRST` (default 1);
 //! `BASALT_SIM_SEED=S` runs seed S alone, and `BASALT_SIM_TRACE=1` prints its trace.
 //! `BASALT_SIM_PLANT=ack-before-replicas` plants that bug (`osd::planted`), to replay what the
-//! mutation checks found.
+//! mutation check found.
 
 use std::time::Instant;
 
@@ -28,7 +28,7 @@ fn seeds_pass_and_replay_alike() {
     let planted = match std::env::var("BASALT_SIM_PLANT").ok().as_deref() {
         None => None,
         Some("ack-before-replicas") => Some(PlantedBug::AckBeforeReplicas),
-        Some(other) => panic!("BASALT_SIM_PLANT={other}: the bugs are ack-before-replicas"),
+        Some(other) => panic!("BASALT_SIM_PLANT={other}: the planted bug is ack-before-replicas"),
     };
     let options = SimOptions { planted, ..SimOptions::default() };
     let started = Instant::now();

@@ -1,0 +1,71 @@
+//! Liveness after the faults: every PG must become clean on its target set within a bound of
+//! simulated time once every OSD is back. The PG states come the way `basalt pg ls` gets them:
+//! the map from the store, and each live OSD asked over the wire for the PGs it leads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use meta::MetaStore;
+use mon::views::{all_pg_views, OsdAnswers, PgView};
+use net::sim::SimNet;
+use tokio::time::Instant;
+
+use crate::cluster::Run;
+
+/// How long the PGs may take to settle once the faults stop.
+const SETTLE_DEADLINE: Duration = Duration::from_secs(120);
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Waits until every PG is clean on its target set; a violation if that takes too long.
+pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, run: &Run) {
+    let started = Instant::now();
+    let mut unsettled = Vec::new();
+    while started.elapsed() < SETTLE_DEADLINE {
+        unsettled = match SimNet::on_node("checker", pg_views(store)).await {
+            Ok(views) => views.into_iter().filter(|view| !is_settled(view)).map(describe).collect(),
+            Err(error) => vec![error],
+        };
+        if unsettled.is_empty() {
+            run.record(format_args!("every PG clean after {:?}", started.elapsed()));
+            return;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    run.violation(format!(
+        "PGs not clean {SETTLE_DEADLINE:?} after the faults stopped (liveness): {}",
+        unsettled.join("; ")
+    ));
+}
+
+fn is_settled(view: &PgView) -> bool {
+    let mut acting = view.acting.clone();
+    let mut target = view.target.clone();
+    acting.sort_unstable();
+    target.sort_unstable();
+    view.state == "clean" && acting == target
+}
+
+fn describe(view: PgView) -> String {
+    format!("{}.{} {} acting {:?} target {:?}", view.pool, view.pg, view.state, view.acting, view.target)
+}
+
+/// Every PG's view, from the map and the live OSDs' answers (one at a time, from this node).
+async fn pg_views(store: &Arc<dyn MetaStore>) -> Result<Vec<PgView>, String> {
+    let map = cluster_watch::load(store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))?;
+    let mut answers = OsdAnswers::default();
+    for &osd in map.live.keys() {
+        let Some(address) = map.address(osd) else { continue };
+        let Ok(connection) = net::connect(address).await else { continue };
+        let reply = tokio::time::timeout(Duration::from_secs(2), connection.call(0, wire::Request::PgStates)).await;
+        if let Ok(Ok(reply)) = reply {
+            if let wire::Response::PgStates { history_writes, pgs } = reply.response {
+                answers.history_writes.insert(osd, history_writes);
+                for report in pgs {
+                    answers.pgs.insert((report.pg.pool, report.pg.pg), (osd, report));
+                }
+            }
+        }
+        connection.close("asked");
+    }
+    Ok(all_pg_views(&map, &answers))
+}
