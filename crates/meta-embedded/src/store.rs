@@ -222,15 +222,6 @@ impl EmbeddedMetaStore {
     pub fn revision(&self) -> i64 {
         self.inner.state.read().expect("state lock").revision
     }
-
-    /// Runs a write on the blocking pool (inline in memory, where nothing blocks).
-    async fn write<T: Send + 'static>(
-        &self,
-        key: &str,
-        write: impl FnOnce(&Inner) -> Result<T, MetaError> + Send + 'static,
-    ) -> Result<T, MetaError> {
-        self.inner.write(key, write).await
-    }
 }
 
 impl Inner {
@@ -238,6 +229,7 @@ impl Inner {
         self.lock.is_none()
     }
 
+    /// Runs a write on the blocking pool (inline in memory, where nothing blocks).
     async fn write<T: Send + 'static>(
         self: &Arc<Inner>,
         key: &str,
@@ -599,12 +591,12 @@ impl MetaStore for EmbeddedMetaStore {
     async fn put(&self, key: &str, value: Vec<u8>, lease: Option<LeaseId>) -> Result<i64, MetaError> {
         let txn =
             Txn { compares: vec![], success: vec![TxnOp::Put { key: key.to_string(), value, lease }], failure: vec![] };
-        Ok(self.write(key, move |inner| inner.txn(&txn)).await?.revision)
+        Ok(self.inner.write(key, move |inner| inner.txn(&txn)).await?.revision)
     }
 
     async fn delete(&self, key: &str) -> Result<bool, MetaError> {
         let txn = Txn { compares: vec![], success: vec![TxnOp::delete(key)], failure: vec![] };
-        let response = self.write(key, move |inner| inner.txn(&txn)).await?;
+        let response = self.inner.write(key, move |inner| inner.txn(&txn)).await?;
         Ok(matches!(response.results.as_slice(), [TxnOpResult::Delete { deleted: true }]))
     }
 
@@ -621,7 +613,7 @@ impl MetaStore for EmbeddedMetaStore {
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, MetaError> {
         let key = txn.compares.first().map(|compare| compare.key.clone()).unwrap_or_default();
-        self.write(&key, move |inner| inner.txn(&txn)).await
+        self.inner.write(&key, move |inner| inner.txn(&txn)).await
     }
 
     async fn watch(&self, prefix: &str, start_revision: Option<i64>) -> Result<WatchStream, MetaError> {
@@ -697,6 +689,6 @@ impl MetaStore for EmbeddedMetaStore {
     }
 
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), MetaError> {
-        self.write("", move |inner| inner.revoke(lease, false)).await
+        self.inner.write("", move |inner| inner.revoke(lease, false)).await
     }
 }
