@@ -44,6 +44,9 @@ pub(crate) struct EngineIo {
     kick: Notify,
     /// Signalled after every poll that moved something (shutdown waits on it).
     progressed: Notify,
+    /// Signalled once, when the engine is first found poisoned (its drive failed a write).
+    failed: Notify,
+    failure_seen: Cell<bool>,
     spin: Duration,
     spinning: Cell<bool>,
     last_activity: Cell<Instant>,
@@ -98,6 +101,8 @@ impl EngineIo {
             ready,
             kick: Notify::new(),
             progressed: Notify::new(),
+            failed: Notify::new(),
+            failure_seen: Cell::new(false),
             spin,
             spinning: Cell::new(false),
             last_activity: Cell::new(Instant::now()),
@@ -181,6 +186,13 @@ impl EngineIo {
         self.spinning.set(false);
     }
 
+    /// Resolves with the reason once the engine is poisoned: its drive failed a write, and
+    /// nothing more can be made durable on it.
+    pub(crate) async fn failed(&self) -> String {
+        self.failed.notified().await;
+        self.engine.borrow().poisoned().expect("signalled once poisoned").to_string()
+    }
+
     /// Records activity (a request arrived or replied): with a spin budget, the thread keeps
     /// polling for that long before it sleeps, to catch the next event without a wake-up.
     pub(crate) fn note_activity(&self) {
@@ -196,6 +208,10 @@ impl EngineIo {
     /// Polls the engine once and wakes the tasks whose requests finished. Returns how many did.
     fn poll_once(&self, completions: &mut Vec<Completion>) -> usize {
         self.engine.borrow_mut().poll(completions);
+        if !self.failure_seen.get() && self.engine.borrow().poisoned().is_some() {
+            self.failure_seen.set(true);
+            self.failed.notify_one();
+        }
         let finished = completions.len();
         if finished == 0 {
             return 0;

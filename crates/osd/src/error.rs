@@ -44,6 +44,8 @@ pub enum OsdError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the drive {} failed: {reason}", .path.display())]
+    DriveFailed { path: PathBuf, reason: String },
     #[error("invalid configuration: {reason}")]
     Config { reason: String },
     #[error("cannot set up the OSD's event loop")]

@@ -321,7 +321,24 @@ pub async fn serve(
     tracing::info!(osd = id, %address, local = local_path, incarnation, data = %config.data_path.display(), "osd serving");
     ready(&Ready { osd: id, address: address.clone(), incarnation });
 
-    let how = stop.await;
+    // A drive that fails a write stops the OSD at once (fail-stop, ADR 0021): its lease is
+    // revoked so that its PGs move on without waiting for it to run out.
+    let how = tokio::select! {
+        how = stop => how,
+        reason = engine.failed() => {
+            tracing::error!(osd = id, %reason, "the drive failed; stopping");
+            following.abort();
+            removing_strays.abort();
+            pacing.abort();
+            scrubbing.abort();
+            keep_alive.abort();
+            let _ = stop_accepting.send(());
+            liveness.revoke(config.shutdown_timeout).await;
+            osd.peers.close_all();
+            driver.abort();
+            return Err(OsdError::DriveFailed { path: config.data_path.clone(), reason });
+        }
+    };
     following.abort();
     removing_strays.abort();
     pacing.abort();

@@ -98,11 +98,10 @@ impl OpError {
             OpError::OutOfRange(_) => Status::OutOfRange,
             OpError::NoSuchObject => Status::NoSuchObject,
             OpError::Engine(error) => engine_status(error),
-            // A secondary's lack of space or failed drive is the write's; anything else it
-            // answers is a state the write outlives by retrying.
-            OpError::SecondaryFailed {
-                status: status @ (Status::NoSpace | Status::Corrupt | Status::IoError), ..
-            } => *status,
+            // A secondary's lack of space is the write's; anything else it answers is a state
+            // the write outlives by retrying (a failed drive stops its OSD, which then leaves
+            // the PG).
+            OpError::SecondaryFailed { status: status @ (Status::NoSpace | Status::Corrupt), .. } => *status,
             OpError::EpochAhead { .. }
             | OpError::ShuttingDown
             | OpError::LeaseNotCurrent
@@ -131,7 +130,10 @@ pub(crate) fn engine_status(error: &EngineError) -> Status {
         EngineError::Corrupt { .. } | EngineError::MetaCorrupt { .. } => Status::Corrupt,
         // A version race the requester resolves by retrying with a fresh version.
         EngineError::StaleVersion { .. } => Status::Busy,
-        EngineError::Disk(_) | EngineError::Poisoned { .. } => Status::IoError,
+        EngineError::Disk(_) => Status::IoError,
+        // The drive failed a write: this OSD is stopping (`serve`), and the request is retried
+        // on the members left.
+        EngineError::Poisoned { .. } => Status::Busy,
     }
 }
 

@@ -51,18 +51,26 @@ impl Osd {
         };
         let data = match read {
             Ok((_, data)) => data,
-            // A copy that fails its checksums here is rewritten from a member's good copy, and
-            // the client gets that: it never sees the error while a good copy exists.
-            Err(error) if scrub::corrupt(&error) => {
-                tracing::warn!(osd = self.id, pg = %pg, %object, %error, "repairing a copy that fails its checksums");
-                if let Err(reason) = self.repair(&state, object).await {
-                    tracing::error!(osd = self.id, pg = %pg, %object, %reason, "cannot repair a copy");
-                    return Err(error);
+            // A copy that fails its checksums or cannot be read here is rewritten from a member's
+            // good copy, and the client gets that: it never sees the error while one exists.
+            Err(error) if scrub::unreadable(&error) => {
+                tracing::warn!(osd = self.id, pg = %pg, %object, %error, "repairing a copy that cannot be read");
+                match self.repair(&state, object).await {
+                    // Served from the good copy the repair wrote: the drive that failed the
+                    // read may fail the next one too.
+                    Ok(Some(data)) => data.slice(offset_bytes as usize..(offset_bytes + length_bytes) as usize),
+                    // Every copy reads well now (the drive's error did not last).
+                    Ok(None) => {
+                        let _object = self.locks.read(object).await;
+                        self.still_primary(pg, epoch)?;
+                        self.still_active(&state)?;
+                        self.read(object, offset_bytes, length_bytes).await?.1
+                    }
+                    Err(reason) => {
+                        tracing::error!(osd = self.id, pg = %pg, %object, %reason, "cannot repair a copy");
+                        return Err(error);
+                    }
                 }
-                let _object = self.locks.read(object).await;
-                self.still_primary(pg, epoch)?;
-                self.still_active(&state)?;
-                self.read(object, offset_bytes, length_bytes).await?.1
             }
             Err(error) => return Err(error),
         };

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use cluster::records::{decode, encode, FORMAT_VERSION};
 use cluster::{keys, PgScrubRecord};
 use engine::{EngineError, ObjectId};
@@ -185,8 +186,8 @@ impl Osd {
                 continue;
             }
             match self.repair(state, object).await {
-                Ok(false) => {}
-                Ok(true) => {
+                Ok(None) => {}
+                Ok(Some(_)) => {
                     tally.found += 1;
                     tally.repaired += 1;
                 }
@@ -243,13 +244,13 @@ impl Osd {
 
     /// Under the object's queue: looks at every member's copy again and, if they disagree,
     /// rewrites the object on every member from a good copy. `Ok(true)` when it rewrote.
-    pub(super) async fn repair(self: &Rc<Self>, state: &Rc<Pg>, object: ObjectId) -> Result<bool, String> {
+    pub(super) async fn repair(self: &Rc<Self>, state: &Rc<Pg>, object: ObjectId) -> Result<Option<Bytes>, String> {
         let _object = self.locks.write(object).await;
         self.still_current(state)?;
         let acting = state.with_active(|active| active.acting.clone()).ok_or("the pg is not active")?;
         let copies = self.inspect(state, &acting, object).await?;
         let source = match judge(&copies) {
-            Verdict::Consistent => return Ok(false),
+            Verdict::Consistent => return Ok(None),
             Verdict::Unrepairable => return Err(format!("no member holds a readable copy: {copies:?}")),
             Verdict::Repair { source, bad } => {
                 tracing::warn!(osd = self.id, pg = %state.id, %object, source, ?bad, "rewriting an object from a good copy");
@@ -263,9 +264,9 @@ impl Osd {
             let address = map.address(source).ok_or_else(|| format!("osd.{source} is down"))?;
             self.read_member_copy(state.id, state.epoch, source, address, object).await?.1
         };
-        let mutation = Mutation::Write { offset_bytes: 0, data };
+        let mutation = Mutation::Write { offset_bytes: 0, data: data.clone() };
         self.replicate_held(state, object, mutation).await.map_err(|error| format!("rewriting {object}: {error}"))?;
-        Ok(true)
+        Ok(Some(data))
     }
 
     /// Stores the PG's result and remembers it.
@@ -292,8 +293,10 @@ impl Osd {
 }
 
 /// Whether `error` is a copy failing its checksums.
-pub(super) fn corrupt(error: &OpError) -> bool {
-    matches!(error, OpError::Engine(EngineError::Corrupt { .. } | EngineError::MetaCorrupt { .. }))
+/// Whether a read failed on this copy alone (checksums, or the drive refusing the read), so
+/// that a member's good copy can replace it.
+pub(super) fn unreadable(error: &OpError) -> bool {
+    matches!(error, OpError::Engine(EngineError::Corrupt { .. } | EngineError::MetaCorrupt { .. } | EngineError::Disk(_)))
 }
 
 #[cfg(test)]
