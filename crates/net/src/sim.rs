@@ -117,6 +117,11 @@ impl SimNet {
         OnNode { node: Arc::from(node), future: Box::pin(future) }
     }
 
+    /// The node the current task runs as (inside [`SimNet::on_node`]), if any.
+    pub fn current_node() -> Option<Arc<str>> {
+        NODE.with(|node| node.borrow().clone())
+    }
+
     fn state(&self) -> MutexGuard<'_, NetState> {
         self.shared.state.lock().expect("the simulated network's lock is never held across a panic")
     }

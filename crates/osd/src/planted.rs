@@ -10,6 +10,26 @@ pub enum PlantedBug {
     /// The primary acknowledges a write once its own copy is durable, without waiting for the
     /// secondaries (their requests are started and abandoned).
     AckBeforeReplicas,
+    /// A primary catching a member up copies only the objects the member lacks, not those it
+    /// holds at an older version: the member keeps stale copies, which only a read after a
+    /// failover, or a comparison of the replicas, sees.
+    CatchUpSkipsStaleCopies,
+}
+
+impl PlantedBug {
+    /// Every bug, with the name a replay names it by.
+    pub const ALL: [(PlantedBug, &'static str); 2] = [
+        (PlantedBug::AckBeforeReplicas, "ack-before-replicas"),
+        (PlantedBug::CatchUpSkipsStaleCopies, "catch-up-skips-stale-copies"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        PlantedBug::ALL.iter().find(|(bug, _)| *bug == self).map(|(_, name)| *name).expect("every bug is named")
+    }
+
+    pub fn from_name(name: &str) -> Option<PlantedBug> {
+        PlantedBug::ALL.iter().find(|(_, known)| *known == name).map(|(bug, _)| *bug)
+    }
 }
 
 thread_local! {

@@ -5,13 +5,13 @@
 //! inside `SimNet::on_node`, so every task it spawns opens connections from that node, and
 //! dropping the node's task drops all of them at once, as a crash does.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::records::{encode, ClusterRecord, FORMAT_VERSION};
-use engine::{Engine, FormatOptions, OBJECT_SIZE_DEFAULT_BYTES};
+use engine::{Engine, FormatOptions};
 use meta::MetaStore;
 use meta_embedded::{EmbeddedMetaStore, EmbeddedOptions};
 use net::sim::{SimNet, SimNetOptions};
@@ -22,15 +22,21 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::history::History;
-use crate::node_store::{NodeStore, STORE_NODE};
+use crate::node_store::{NodeStore, StoreFaults, STORE_NODE};
+use crate::pause::PauseSwitch;
 use crate::trace::{fnv1a, Trace};
 use crate::{clock, workload, Outcome, SimOptions};
 
 /// Each OSD's simulated drive.
 const DISK_BYTES: u64 = 96 << 20;
-const JOURNAL_BYTES: u64 = 8 << 20;
+/// Small, so that write-back runs often and data reaches its blocks (where bit flips meet it).
+const JOURNAL_BYTES: u64 = 512 << 10;
 /// The pool's PGs: few, so that a run exercises every one.
 const PG_COUNT: u64 = 8;
+/// Small objects (4 blocks), so that the volumes' blocks spread over every PG.
+pub(crate) const OBJECT_BYTES: u32 = 16 * 1024;
+/// The mon's node on the simulated network.
+pub(crate) const MON_NODE: &str = "mon";
 /// How long the cluster may take to serve before the run gives up on it.
 const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -68,12 +74,20 @@ pub(crate) struct OsdNode {
     pub(crate) name: String,
     pub(crate) disk: TimedDiskControl,
     pub(crate) process: Option<JoinHandle<()>>,
+    pub(crate) pause: PauseSwitch,
+    /// Set while the fault injector makes the disk fail requests: the OSD stopping on its
+    /// failed drive is then what must happen, not a violation.
+    pub(crate) failing_disk: Rc<Cell<bool>>,
 }
 
 /// The OSD nodes, for the faults to kill, restart and cut off.
 pub(crate) struct Nodes {
-    network: SimNet,
+    pub(crate) network: SimNet,
     store: Arc<dyn MetaStore>,
+    pub(crate) store_faults: StoreFaults,
+    /// The node whose data had bits flipped, if any did (`replicas.rs` lets it answer
+    /// `Corrupt`).
+    pub(crate) rotted: RefCell<Option<String>>,
     run: Rc<Run>,
     osds: RefCell<Vec<OsdNode>>,
     /// Every node of the network (OSDs, clients, the store, the checker), for partitions.
@@ -85,8 +99,28 @@ impl Nodes {
         self.osds.borrow().len()
     }
 
+    pub(crate) fn name(&self, index: usize) -> String {
+        self.osds.borrow()[index].name.clone()
+    }
+
+    /// Whether OSD `index`'s process runs (it may have stopped on a failed drive).
     pub(crate) fn is_running(&self, index: usize) -> bool {
-        self.osds.borrow()[index].process.is_some()
+        self.osds.borrow()[index].process.as_ref().is_some_and(|process| !process.is_finished())
+    }
+
+    /// Every node of the network.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The run, for faults to record themselves.
+    pub(crate) fn run(&self) -> &Run {
+        &self.run
+    }
+
+    /// Runs `f` on OSD `index`'s node (its disk, pause switch, flags).
+    pub(crate) fn with_osd<R>(&self, index: usize, f: impl FnOnce(&OsdNode) -> R) -> R {
+        f(&self.osds.borrow()[index])
     }
 
     /// Kills OSD `index` as a power loss would: its tasks and connections gone at once, the
@@ -94,6 +128,7 @@ impl Nodes {
     pub(crate) async fn kill(&self, index: usize) {
         let (name, process) = {
             let mut osds = self.osds.borrow_mut();
+            osds[index].pause.resume();
             (osds[index].name.clone(), osds[index].process.take())
         };
         let Some(process) = process else { return };
@@ -108,33 +143,22 @@ impl Nodes {
     pub(crate) fn restart(&self, index: usize) {
         let mut osds = self.osds.borrow_mut();
         let node = &mut osds[index];
-        if node.process.is_some() {
+        if node.process.as_ref().is_some_and(|process| !process.is_finished()) {
             return;
         }
+        // A process that stopped on its own (a failed drive) left its sockets and its disk
+        // requests behind.
+        self.network.kill(&node.name);
+        node.disk.process_exited();
         self.run.record(format_args!("fault: {} restarted", node.name));
         let disk = Box::new(node.disk.reopen());
-        node.process = Some(spawn_osd(&self.network, &self.store, node, disk, &self.run));
-    }
-
-    /// Cuts OSD `index` off from every other node, the store included, both ways: what it
-    /// sends is held until the partition heals.
-    pub(crate) fn isolate(&self, index: usize) {
-        let name = self.osds.borrow()[index].name.clone();
-        for other in self.names.iter().filter(|other| **other != name) {
-            self.network.partition(&name, other);
-        }
-        self.run.record(format_args!("fault: {name} cut off from every node"));
-    }
-
-    /// Heals every partition.
-    pub(crate) fn heal_network(&self) {
-        self.network.heal_all();
-        self.run.record("fault: partitions healed");
+        node.process = Some(spawn_osd(&self.network, &self.store, &self.store_faults, node, disk, &self.run));
     }
 
     /// Stops every OSD at once (the run is over).
     fn abort_all(&self) {
         for osd in self.osds.borrow_mut().iter_mut() {
+            osd.pause.resume();
             if let Some(process) = osd.process.take() {
                 process.abort();
             }
@@ -163,27 +187,26 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     let record = ClusterRecord {
         version: FORMAT_VERSION,
         cluster_id: format!("sim-{seed:016x}"),
-        object_size_bytes: OBJECT_SIZE_DEFAULT_BYTES,
+        object_size_bytes: OBJECT_BYTES,
     };
     store.put(cluster::keys::CLUSTER, encode(&record), None).await.expect("the cluster record");
     let recorder = tokio::task::spawn_local(record_commits(store.clone(), run.clone()));
 
-    let mut mon_config = mon::MonConfig::new("mon-a", "memory");
-    // Its connects would come from no node of the network; OSDs are found down by their leases.
-    mon_config.fast_down = false;
-    let mon_store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), "mon", &network));
-    let mon = mon::Mon::start_without_api(mon_store, mon_config, None).await.expect("the mon starts");
+    let store_faults = StoreFaults::default();
+    let (stop_mon, mon) = start_mon(&network, &store, &store_faults, &run);
 
     let mut osds = Vec::new();
     for index in 0..options.osds {
-        osds.push(start_osd(&network, &store, seed, index, &run));
+        osds.push(start_osd(&network, &store, &store_faults, seed, index, &run));
     }
     let mut names: Vec<String> = osds.iter().map(|osd| osd.name.clone()).collect();
-    names.extend(["client".to_string(), "checker".to_string(), STORE_NODE.to_string()]);
+    names.extend(["client", "checker", STORE_NODE, MON_NODE].map(String::from));
     names.extend((0..options.clients).map(|index| format!("client{index}")));
     let nodes = Rc::new(Nodes {
         network: network.clone(),
         store: store.clone(),
+        store_faults,
+        rotted: RefCell::new(None),
         run: run.clone(),
         osds: RefCell::new(osds),
         names,
@@ -193,7 +216,8 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         Err(error) => run.violation(error),
     }
     nodes.abort_all();
-    mon.shutdown().await;
+    let _ = stop_mon.send(());
+    let _ = mon.await;
     recorder.abort();
     let simulated = run.started.elapsed();
     let ops = run.history.borrow().ops();
@@ -201,8 +225,44 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     Outcome { seed, violations: run.violations.take(), trace: run.trace.take(), simulated, ops }
 }
 
+/// Runs the mon in a `LocalSet` of its own on its node, so that its connects (verifying a
+/// client's report that an OSD is gone) come from that node; stops it when told.
+fn start_mon(
+    network: &SimNet,
+    store: &Arc<dyn MetaStore>,
+    faults: &StoreFaults,
+    run: &Rc<Run>,
+) -> (tokio::sync::oneshot::Sender<()>, JoinHandle<()>) {
+    let mon_store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), MON_NODE, network, faults));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = run.clone();
+    let task = tokio::task::spawn_local(SimNet::on_node(MON_NODE, async move {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async move {
+                let config = mon::MonConfig::new("mon-a", "memory");
+                match mon::Mon::start_without_api(mon_store, config, None).await {
+                    Ok(mon) => {
+                        let _ = stopped.await;
+                        mon.shutdown().await;
+                    }
+                    Err(error) => run.violation(format!("the mon could not start: {error}")),
+                }
+            })
+            .await;
+    }));
+    (stop, task)
+}
+
 /// Formats a disk and starts an OSD on it.
-fn start_osd(network: &SimNet, store: &Arc<dyn MetaStore>, seed: u64, index: usize, run: &Rc<Run>) -> OsdNode {
+fn start_osd(
+    network: &SimNet,
+    store: &Arc<dyn MetaStore>,
+    faults: &StoreFaults,
+    seed: u64,
+    index: usize,
+    run: &Rc<Run>,
+) -> OsdNode {
     let name = format!("osd{index}");
     let disk = SimDisk::new(SimDiskOptions {
         size_bytes: DISK_BYTES,
@@ -210,7 +270,7 @@ fn start_osd(network: &SimNet, store: &Arc<dyn MetaStore>, seed: u64, index: usi
         ..SimDiskOptions::default()
     });
     let format = FormatOptions {
-        object_size_bytes: u64::from(OBJECT_SIZE_DEFAULT_BYTES),
+        object_size_bytes: u64::from(OBJECT_BYTES),
         journal_size_bytes: Some(JOURNAL_BYTES),
         nonce: derive(seed, 200 + index as u64),
     };
@@ -225,8 +285,14 @@ fn start_osd(network: &SimNet, store: &Arc<dyn MetaStore>, seed: u64, index: usi
             flush: Duration::from_micros(100)..Duration::from_micros(1500),
         },
     );
-    let node = OsdNode { name: name.clone(), disk: control, process: None };
-    let process = spawn_osd(network, store, &node, Box::new(disk), run);
+    let node = OsdNode {
+        name: name.clone(),
+        disk: control,
+        process: None,
+        pause: PauseSwitch::default(),
+        failing_disk: Rc::new(Cell::new(false)),
+    };
+    let process = spawn_osd(network, store, faults, &node, Box::new(disk), run);
     OsdNode { process: Some(process), ..node }
 }
 
@@ -234,13 +300,14 @@ fn start_osd(network: &SimNet, store: &Arc<dyn MetaStore>, seed: u64, index: usi
 fn spawn_osd(
     network: &SimNet,
     store: &Arc<dyn MetaStore>,
+    faults: &StoreFaults,
     node: &OsdNode,
     disk: Box<dyn platform::Disk>,
     run: &Rc<Run>,
 ) -> JoinHandle<()> {
     let address = format!("{}{}", net::sim::SIM_PREFIX, node.name);
     let listener = network.listen(&node.name, &address).expect("a free simulated address");
-    let store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), &node.name, network));
+    let store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), &node.name, network, faults));
     let mut config = OsdConfig::new(Metadata::Store(store.clone()), format!("/sim/{}", node.name), address.clone());
     config.host = Some(format!("host-{}", node.name));
     let env = OsdEnv {
@@ -251,15 +318,19 @@ fn spawn_osd(
         local: None,
         store: store.clone(),
     };
-    let (run, name) = (run.clone(), node.name.clone());
-    tokio::task::spawn_local(SimNet::on_node(&node.name.clone(), async move {
+    let (run, name, failing_disk) = (run.clone(), node.name.clone(), node.failing_disk.clone());
+    tokio::task::spawn_local(node.pause.wrap(SimNet::on_node(&node.name.clone(), async move {
         let local = tokio::task::LocalSet::new();
         let ready = |ready: &osd::Ready| run.record(format_args!("{name} serving as osd.{}", ready.osd));
         let served = local.run_until(osd::serve(config, env, ready, std::future::pending::<Stop>())).await;
-        if let Err(error) = served {
-            run.violation(format!("{name} stopped: {error}"));
+        match served {
+            Err(error @ osd::OsdError::DriveFailed { .. }) if failing_disk.get() => {
+                run.record(format_args!("{name} stopped: {error}"));
+            }
+            Err(error) => run.violation(format!("{name} stopped: {error}")),
+            Ok(()) => run.violation(format!("{name} stopped unasked")),
         }
-    }))
+    })))
 }
 
 /// Creates the pool and the volumes, and waits until every PG serves.

@@ -1,42 +1,258 @@
-//! Faults drawn from the seed while the clients run, one OSD at a time (the pool, 3 copies and
-//! `min_size` 2, keeps serving):
-//! - killed as a power loss would (its tasks and connections gone at once, its disk's
+//! Faults drawn from the seed while the clients run, one at a time, each undone before the next
+//! (the pool, 3 copies and `min_size` 2, keeps serving through any one):
+//! - an OSD killed as a power loss would (its tasks and connections gone at once, its disk's
 //!   unflushed writes lost or torn) and restarted on the same disk a while later;
-//! - cut off from every other node, the metadata store included (its lease runs out at the
-//!   store while it cannot renew it; what it sent arrives when the partition heals).
+//! - an OSD paused as SIGSTOP pauses it (often past its lease), then resumed;
+//! - an OSD cut off from every other node, both ways; or one way only (what it sends, or what
+//!   it is sent, is held until the heal), from every node or from one other OSD;
+//! - an OSD cut off from the metadata store alone: its lease runs out while its peers still
+//!   reach it;
+//! - an OSD's disk slowed down many times over;
+//! - an OSD's disk failing a write or a flush (the OSD stops: ADR 0021; restarted later), or
+//!   failing reads (a client's read is repaired from a member; the engine's own reads of its
+//!   metadata stop the OSD as a failed write does);
+//! - bits flipped at rest in the data blocks of one replica (the same OSD all run long, so that
+//!   two copies of an object are never both damaged);
+//! - the metadata store stalling (every call waits; leases keep running out);
+//! - watch events reaching one node late;
+//! - a node's clock set off and drifting.
 
 use std::rc::Rc;
 use std::time::Duration;
 
+use engine::layout::{MetaEntry, Superblock};
+use engine::PAGE_SIZE_BYTES;
+use sim::SimDisk;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
 
-use crate::cluster::Nodes;
+use crate::clock::{self, Skew};
+use crate::cluster::{Nodes, MON_NODE};
 
-/// Kills and restarts OSDs, or cuts them off and heals them, until dropped.
+/// The kinds of fault, and how often each is drawn (per mille).
+const KINDS: [(Kind, u32); 12] = [
+    (Kind::Kill, 250),
+    (Kind::Pause, 120),
+    (Kind::Isolate, 100),
+    (Kind::CutOneWay, 100),
+    (Kind::CutFromStore, 80),
+    (Kind::SlowDisk, 80),
+    (Kind::FailWrites, 70),
+    (Kind::FailReads, 50),
+    (Kind::FlipBits, 50),
+    (Kind::StoreStall, 40),
+    (Kind::WatchLag, 40),
+    (Kind::ClockSkew, 20),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Kill,
+    Pause,
+    Isolate,
+    CutOneWay,
+    CutFromStore,
+    SlowDisk,
+    FailWrites,
+    FailReads,
+    FlipBits,
+    StoreStall,
+    WatchLag,
+    ClockSkew,
+}
+
+fn draw(rng: &mut SmallRng) -> Kind {
+    let total: u32 = KINDS.iter().map(|(_, weight)| weight).sum();
+    let mut pick = rng.gen_range(0..total);
+    for (kind, weight) in KINDS {
+        if pick < weight {
+            return kind;
+        }
+        pick -= weight;
+    }
+    unreachable!("the weights sum to {total}")
+}
+
+/// Draws faults and applies them, one at a time, until dropped.
 pub(crate) async fn inject(seed: u64, nodes: Rc<Nodes>) {
     let mut rng = SmallRng::seed_from_u64(seed);
+    // The one replica whose data may rot.
+    let rotting = rng.gen_range(0..nodes.count());
     loop {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(10..400))).await;
         let index = rng.gen_range(0..nodes.count());
         // Mostly past the lease (3 s), so that the PGs fail over; sometimes within it.
-        let down = Duration::from_millis(rng.gen_range(100..6_000));
-        if rng.gen_bool(0.3) {
-            nodes.isolate(index);
-            tokio::time::sleep(down).await;
-            nodes.heal_network();
-        } else {
-            nodes.kill(index).await;
-            tokio::time::sleep(down).await;
-            nodes.restart(index);
+        let lasting = Duration::from_millis(rng.gen_range(100..6_000));
+        match draw(&mut rng) {
+            Kind::Kill => {
+                nodes.kill(index).await;
+                tokio::time::sleep(lasting).await;
+                nodes.restart(index);
+            }
+            Kind::Pause => {
+                nodes.with_osd(index, |osd| osd.pause.pause());
+                nodes.run().record(format_args!("fault: {} paused", nodes.name(index)));
+                tokio::time::sleep(lasting).await;
+                nodes.with_osd(index, |osd| osd.pause.resume());
+                nodes.run().record(format_args!("fault: {} resumed", nodes.name(index)));
+            }
+            Kind::Isolate => {
+                let name = nodes.name(index);
+                for other in nodes.names().iter().filter(|other| **other != name) {
+                    nodes.network.partition(&name, other);
+                }
+                nodes.run().record(format_args!("fault: {name} cut off from every node"));
+                tokio::time::sleep(lasting).await;
+                heal_network(&nodes);
+            }
+            Kind::CutOneWay => {
+                let name = nodes.name(index);
+                let others: Vec<String> = if rng.gen_bool(0.5) {
+                    nodes.names().iter().filter(|other| **other != name).cloned().collect()
+                } else {
+                    vec![nodes.name((index + rng.gen_range(1..nodes.count())) % nodes.count())]
+                };
+                let outgoing = rng.gen_bool(0.5);
+                for other in &others {
+                    if outgoing {
+                        nodes.network.cut(&name, other);
+                    } else {
+                        nodes.network.cut(other, &name);
+                    }
+                }
+                let way = if outgoing { "from" } else { "to" };
+                nodes.run().record(format_args!("fault: one way cut {way} {name}, with {}", others.join(",")));
+                tokio::time::sleep(lasting).await;
+                heal_network(&nodes);
+            }
+            Kind::CutFromStore => {
+                let name = nodes.name(index);
+                nodes.network.partition(&name, crate::node_store::STORE_NODE);
+                nodes.run().record(format_args!("fault: {name} cut off from the store"));
+                tokio::time::sleep(lasting).await;
+                heal_network(&nodes);
+            }
+            Kind::SlowDisk => {
+                let factor = rng.gen_range(10..300);
+                nodes.with_osd(index, |osd| osd.disk.set_slowdown(factor));
+                nodes.run().record(format_args!("fault: {} disk {factor}x slower", nodes.name(index)));
+                tokio::time::sleep(lasting).await;
+                nodes.with_osd(index, |osd| osd.disk.set_slowdown(1));
+            }
+            Kind::FailWrites => {
+                let (writes, flushes) = if rng.gen_bool(0.5) { (1, 0) } else { (0, 1) };
+                nodes.with_osd(index, |osd| {
+                    osd.failing_disk.set(true);
+                    osd.disk.with_disk(|disk| {
+                        disk.fail_next_writes(writes);
+                        disk.fail_next_flushes(flushes);
+                    });
+                });
+                nodes.run().record(format_args!("fault: {} disk fails its next write or flush", nodes.name(index)));
+                tokio::time::sleep(lasting).await;
+                clear_disk_errors(&nodes, index);
+                nodes.restart(index);
+            }
+            Kind::FailReads => {
+                let count = rng.gen_range(1..4);
+                nodes.with_osd(index, |osd| {
+                    // A read the engine needs for itself (a metadata page) poisons it too.
+                    osd.failing_disk.set(true);
+                    osd.disk.with_disk(|disk| disk.fail_next_reads(count));
+                });
+                nodes.run().record(format_args!("fault: {} disk fails its next {count} reads", nodes.name(index)));
+                tokio::time::sleep(lasting).await;
+                clear_disk_errors(&nodes, index);
+                nodes.restart(index);
+            }
+            Kind::FlipBits => {
+                let count = rng.gen_range(1..4);
+                let flipped = nodes.with_osd(rotting, |osd| osd.disk.with_disk(|disk| rot(disk, count, &mut rng)));
+                nodes.rotted.replace(Some(nodes.name(rotting)));
+                nodes.run().record(format_args!("fault: bits flipped in {}'s data pages {flipped:?}", nodes.name(rotting)));
+            }
+            Kind::StoreStall => {
+                let until = Instant::now() + lasting / 2;
+                nodes.store_faults.stall_until(until);
+                nodes.run().record(format_args!("fault: the store stalls for {:?}", lasting / 2));
+                tokio::time::sleep_until(until).await;
+            }
+            Kind::WatchLag => {
+                let name = if rng.gen_bool(0.2) { MON_NODE.to_string() } else { nodes.name(index) };
+                let lag = Duration::from_millis(rng.gen_range(50..3_000));
+                nodes.store_faults.set_watch_lag(&name, lag);
+                nodes.run().record(format_args!("fault: watch events reach {name} {lag:?} late"));
+                tokio::time::sleep(lasting).await;
+                nodes.store_faults.set_watch_lag(&name, Duration::ZERO);
+            }
+            Kind::ClockSkew => {
+                let name = if rng.gen_bool(0.2) { MON_NODE.to_string() } else { nodes.name(index) };
+                let skew = Skew {
+                    offset_ms: rng.gen_range(-600_000..600_000),
+                    drift_ppm: rng.gen_range(-100_000..100_000),
+                    since: Instant::now(),
+                };
+                clock::set_skew(&name, skew);
+                let (offset, drift) = (skew.offset_ms, skew.drift_ppm);
+                nodes.run().record(format_args!("fault: {name}'s clock off by {offset} ms, drifting {drift} ppm"));
+            }
         }
     }
 }
 
-/// Heals the network and restarts every OSD that is down (the faults are over).
+/// Flips one bit in each of `count` data pages that hold written data, as the disk's metadata
+/// area lists them (written-back objects); returns the pages' offsets.
+fn rot(disk: &mut SimDisk, count: usize, rng: &mut SmallRng) -> Vec<u64> {
+    let page = PAGE_SIZE_BYTES as usize;
+    let geometry = Superblock::decode(&disk.read_written(0, page)).expect("a formatted disk").geometry;
+    let pages_per_object = geometry.pages_per_object();
+    let mut written = Vec::new();
+    for block in 0..geometry.block_count {
+        let (meta_page, at) = geometry.meta_location(block);
+        let slot_bytes = geometry.meta_entry_size_bytes as usize;
+        let meta = disk.read_written(geometry.meta_page_offset_bytes(meta_page) + at as u64, slot_bytes);
+        let Ok(Some(entry)) = MetaEntry::decode(&meta, pages_per_object) else { continue };
+        for index in (0..pages_per_object).filter(|index| entry.page_bitmap & (1 << index) != 0) {
+            written.push(geometry.block_offset_bytes(block) + u64::from(index) * PAGE_SIZE_BYTES as u64);
+        }
+    }
+    let mut flipped = Vec::new();
+    for _ in 0..count.min(written.len()) {
+        let offset = written.swap_remove(rng.gen_range(0..written.len()));
+        disk.flip_bit(offset + rng.gen_range(0..page as u64), rng.gen_range(0..8));
+        flipped.push(offset);
+    }
+    flipped
+}
+
+fn heal_network(nodes: &Nodes) {
+    nodes.network.heal_all();
+    nodes.run().record("fault: partitions healed");
+}
+
+fn clear_disk_errors(nodes: &Nodes, index: usize) {
+    nodes.with_osd(index, |osd| {
+        osd.disk.with_disk(|disk| {
+            disk.fail_next_reads(0);
+            disk.fail_next_writes(0);
+            disk.fail_next_flushes(0);
+        });
+        osd.failing_disk.set(false);
+    });
+}
+
+/// Ends every fault that may still hold (the injector was dropped in the middle of one) and
+/// restarts every OSD that is down: the faults are over.
 pub(crate) fn heal(nodes: &Nodes) {
-    nodes.heal_network();
+    heal_network(nodes);
+    nodes.store_faults.clear();
     for index in 0..nodes.count() {
+        nodes.with_osd(index, |osd| {
+            osd.pause.resume();
+            osd.disk.set_slowdown(1);
+        });
+        clear_disk_errors(nodes, index);
         if !nodes.is_running(index) {
             nodes.restart(index);
         }

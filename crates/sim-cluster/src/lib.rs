@@ -13,9 +13,12 @@
 //!
 //! - `cluster.rs`: building the nodes and the pool.
 //! - `workload.rs`: the clients.
-//! - `faults.rs`: OSDs killed and restarted, or cut off and healed, while the clients run.
+//! - `faults.rs`: the faults drawn while the clients run (kills, pauses, cuts, disk faults,
+//!   store stalls, watch lag, clock skew), one at a time.
 //! - `node_store.rs`: the metadata store as each node reaches it, through the network's cuts.
 //! - `settle.rs`: every PG clean on its target set within a bound once the faults stop.
+//! - `replicas.rs`: then every copy of every object identical, before and after a scrub.
+//! - `pause.rs`: a node paused as SIGSTOP pauses a process.
 //! - `history.rs`: what each block may read as, and the violations.
 //! - `trace.rs`: the trace and its hash.
 //! - `clock.rs`: the simulated time of day.
@@ -28,6 +31,8 @@ mod cluster;
 mod faults;
 mod history;
 mod node_store;
+mod pause;
+mod replicas;
 mod settle;
 mod trace;
 mod workload;

@@ -2,14 +2,17 @@
 //! network's cuts between the node and the store's node ([`STORE_NODE`]). A node cut off from
 //! it gets what an etcd client gets: calls that fail once their deadline passes (so an OSD's
 //! lease runs out at the store while the OSD cannot renew it), and watches that end with an
-//! error (their owners list again, which fails until the cut heals).
+//! error (their owners list again, which fails until the cut heals). The store itself may stall
+//! or deliver watch events late to some nodes ([`StoreFaults`]).
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use meta::{watch_channel, KeyValue, LeaseId, Listing, MetaError, MetaStore, Txn, TxnResponse, WatchStream};
 use net::sim::SimNet;
+use tokio::time::Instant;
 
 /// The store's name on the simulated network, for cuts.
 pub(crate) const STORE_NODE: &str = "store";
@@ -18,19 +21,73 @@ const CALL_DEADLINE: Duration = Duration::from_secs(1);
 /// How often a watch checks whether its node was cut off.
 const WATCH_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The store's own faults, shared by every node's view of it: a stall (every call waits until
+/// it ends, as behind an etcd leader whose disk stalls; leases keep running out meanwhile) and
+/// watches that lag behind the store on some nodes.
+#[derive(Clone, Default)]
+pub(crate) struct StoreFaults {
+    state: Arc<Mutex<StoreFaultState>>,
+}
+
+#[derive(Default)]
+struct StoreFaultState {
+    stalled_until: Option<Instant>,
+    watch_lag: BTreeMap<String, Duration>,
+}
+
+impl StoreFaults {
+    fn lock(&self) -> std::sync::MutexGuard<'_, StoreFaultState> {
+        self.state.lock().expect("the store faults' lock is never held across a panic")
+    }
+
+    /// Every call waits until `until`.
+    pub(crate) fn stall_until(&self, until: Instant) {
+        self.lock().stalled_until = Some(until);
+    }
+
+    /// Watch events reach `node` `lag` after the store commits them (zero: at once).
+    pub(crate) fn set_watch_lag(&self, node: &str, lag: Duration) {
+        if lag.is_zero() {
+            self.lock().watch_lag.remove(node);
+        } else {
+            self.lock().watch_lag.insert(node.to_string(), lag);
+        }
+    }
+
+    /// Ends every fault of the store.
+    pub(crate) fn clear(&self) {
+        let mut state = self.lock();
+        state.stalled_until = None;
+        state.watch_lag.clear();
+    }
+
+    fn stalled_until(&self) -> Option<Instant> {
+        self.lock().stalled_until.filter(|until| *until > Instant::now())
+    }
+
+    fn watch_lag(&self, node: &str) -> Duration {
+        self.lock().watch_lag.get(node).copied().unwrap_or_default()
+    }
+}
+
 pub(crate) struct NodeStore {
     inner: Arc<dyn MetaStore>,
     node: String,
     network: SimNet,
+    faults: StoreFaults,
 }
 
 impl NodeStore {
-    pub(crate) fn new(inner: Arc<dyn MetaStore>, node: &str, network: &SimNet) -> NodeStore {
-        NodeStore { inner, node: node.to_string(), network: network.clone() }
+    pub(crate) fn new(inner: Arc<dyn MetaStore>, node: &str, network: &SimNet, faults: &StoreFaults) -> NodeStore {
+        NodeStore { inner, node: node.to_string(), network: network.clone(), faults: faults.clone() }
     }
 
-    /// Fails, after the call's deadline, if this node is cut off from the store.
+    /// Waits out a stall of the store; fails, after the call's deadline, if this node is cut
+    /// off from the store either way.
     async fn reach(&self) -> Result<(), MetaError> {
+        if let Some(until) = self.faults.stalled_until() {
+            tokio::time::sleep_until(until).await;
+        }
         if !self.network.is_cut(&self.node, STORE_NODE) {
             return Ok(());
         }
@@ -79,16 +136,24 @@ impl MetaStore for NodeStore {
         let mut inner = self.inner.watch(prefix, start_revision).await?;
         let (sender, stream) = watch_channel(self.inner.endpoint(), prefix);
         let (network, node, cut_off) = (self.network.clone(), self.node.clone(), self.unreachable());
-        // Events pass while the node reaches the store; a cut ends the watch.
+        let faults = self.faults.clone();
+        // Events pass while the node reaches the store, each `watch_lag` after it arrived; a
+        // cut ends the watch.
         tokio::spawn(async move {
+            let mut lagging = VecDeque::new();
             loop {
+                let due = lagging.front().map(|(due, _)| *due);
                 tokio::select! {
                     biased;
+                    () = sleep_until_due(due) => {
+                        let (_, event) = lagging.pop_front().expect("an event is due");
+                        if sender.send(event).await.is_err() {
+                            return;
+                        }
+                    }
                     event = inner.next() => match event {
                         Some(Ok(event)) if !network.is_cut(&node, STORE_NODE) => {
-                            if sender.send(event).await.is_err() {
-                                return;
-                            }
+                            lagging.push_back((Instant::now() + faults.watch_lag(&node), event));
                         }
                         Some(Ok(_)) => return sender.fail(cut_off),
                         Some(Err(error)) => return sender.fail(error),
@@ -123,5 +188,13 @@ impl MetaStore for NodeStore {
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), MetaError> {
         self.reach().await?;
         self.inner.lease_revoke(lease).await
+    }
+}
+
+/// Sleeps until `due`, or forever if nothing is due.
+async fn sleep_until_due(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
     }
 }

@@ -17,7 +17,8 @@ const SETTLE_DEADLINE: Duration = Duration::from_secs(120);
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Waits until every PG is clean on its target set; a violation if that takes too long.
-pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, run: &Run) {
+/// Returns whether they all became clean.
+pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, run: &Run) -> bool {
     let started = Instant::now();
     let mut unsettled = Vec::new();
     while started.elapsed() < SETTLE_DEADLINE {
@@ -27,7 +28,7 @@ pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, run: &Run) {
         };
         if unsettled.is_empty() {
             run.record(format_args!("every PG clean after {:?}", started.elapsed()));
-            return;
+            return true;
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
@@ -35,6 +36,7 @@ pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, run: &Run) {
         "PGs not clean {SETTLE_DEADLINE:?} after the faults stopped (liveness): {}",
         unsettled.join("; ")
     ));
+    false
 }
 
 fn is_settled(view: &PgView) -> bool {

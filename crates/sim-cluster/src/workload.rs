@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use crate::cluster::{derive, Nodes, Run};
 use crate::history::{contents, Address, BLOCK_BYTES};
 use crate::SimOptions;
-use crate::{faults, settle};
+use crate::{faults, replicas, settle};
 
 pub(crate) fn volume_name(index: usize) -> String {
     format!("vol{index}")
@@ -82,7 +82,10 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         faults::heal(nodes);
         final_reads(&volumes, run, "healed").await;
     }
-    settle::wait_until_clean(store, run).await;
+    if settle::wait_until_clean(store, run).await {
+        let rotted = nodes.rotted.borrow().clone();
+        replicas::check(store, options, rotted.as_deref(), run).await;
+    }
 }
 
 async fn final_reads(volumes: &[Rc<Volume>], run: &Run, who: &str) {

@@ -14,7 +14,8 @@ fn seeds_to_catch(bug: PlantedBug, limit: u64) -> Option<(u64, Vec<String>)> {
 }
 
 /// Fails unless `bug` makes a seed fail within `limit` seeds; prints which.
-fn caught_within(bug: PlantedBug, name: &str, limit: u64) {
+fn caught_within(bug: PlantedBug, limit: u64) {
+    let name = bug.name();
     let (seeds, violations) =
         seeds_to_catch(bug, limit).unwrap_or_else(|| panic!("no violation in {limit} seeds with {bug:?} planted"));
     eprintln!(
@@ -26,5 +27,10 @@ fn caught_within(bug: PlantedBug, name: &str, limit: u64) {
 
 #[test]
 fn a_primary_that_acknowledges_before_its_replicas_is_caught() {
-    caught_within(PlantedBug::AckBeforeReplicas, "ack-before-replicas", 200);
+    caught_within(PlantedBug::AckBeforeReplicas, 200);
+}
+
+#[test]
+fn a_catch_up_that_skips_stale_copies_is_caught() {
+    caught_within(PlantedBug::CatchUpSkipsStaleCopies, 50);
 }

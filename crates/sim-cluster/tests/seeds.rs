@@ -3,8 +3,8 @@
 //!
 //! `BASALT_SIM_SEEDS=N` runs N seeds (default 500) from `BASALT_SIM_FIRST` (default 1);
 //! `BASALT_SIM_SEED=S` runs seed S alone, and `BASALT_SIM_TRACE=1` prints its trace.
-//! `BASALT_SIM_PLANT=ack-before-replicas` plants that bug (`osd::planted`), to replay what the
-//! mutation check found.
+//! `BASALT_SIM_PLANT=NAME` plants a known bug (`osd::planted::PlantedBug::ALL` names them), to
+//! replay what a mutation check found.
 
 use std::time::Instant;
 
@@ -25,11 +25,12 @@ fn seeds_pass_and_replay_alike() {
         }
     };
     let print_trace = std::env::var_os("BASALT_SIM_TRACE").is_some();
-    let planted = match std::env::var("BASALT_SIM_PLANT").ok().as_deref() {
-        None => None,
-        Some("ack-before-replicas") => Some(PlantedBug::AckBeforeReplicas),
-        Some(other) => panic!("BASALT_SIM_PLANT={other}: the planted bug is ack-before-replicas"),
-    };
+    let planted = std::env::var("BASALT_SIM_PLANT").ok().map(|name| {
+        PlantedBug::from_name(&name).unwrap_or_else(|| {
+            let known: Vec<&str> = PlantedBug::ALL.iter().map(|(_, name)| *name).collect();
+            panic!("BASALT_SIM_PLANT={name}: the planted bugs are {}", known.join(", "))
+        })
+    });
     let options = SimOptions { planted, ..SimOptions::default() };
     let started = Instant::now();
     let mut simulated = std::time::Duration::ZERO;

@@ -197,6 +197,18 @@ impl TimedDiskControl {
         self.shared.borrow_mut().apply_due(None);
     }
 
+    /// What the drive sees when the process using it exits (without a power loss): the
+    /// requests it was given are carried out, and their completions are reaped by no one.
+    pub fn process_exited(&self) {
+        let mut timed = self.shared.borrow_mut();
+        timed.apply_due(None);
+        let mut orphans = Vec::new();
+        while timed.disk.in_flight_count() > 0 && !timed.disk.is_frozen() {
+            timed.disk.wait();
+            timed.disk.reap(&mut orphans);
+        }
+    }
+
     /// Another handle on the same drive, for the process started after a crash (the engine
     /// that held the first one is gone).
     pub fn reopen(&self) -> TimedDisk {

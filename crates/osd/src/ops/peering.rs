@@ -164,7 +164,7 @@ impl Osd {
             history: &history,
             listings: &listings,
         };
-        let plan = match peering::plan(&inputs) {
+        let mut plan = match peering::plan(&inputs) {
             Decision::Incomplete { unreachable, .. } => {
                 let sets: Vec<String> = unreachable
                     .iter()
@@ -177,6 +177,12 @@ impl Osd {
             }
             Decision::Plan(plan) => plan,
         };
+        if crate::planted::is_planted(crate::planted::PlantedBug::CatchUpSkipsStaleCopies) {
+            for (member, needs) in &mut plan.needs {
+                let held = |object| listings.get(member).is_some_and(|listing| listing.iter().any(|(o, _)| *o == object));
+                needs.retain(|need| !held(need.object));
+            }
+        }
         for bad in &plan.bad {
             tracing::warn!(osd = self.id, pg = %pg, ?bad, "a member's list was set aside");
         }

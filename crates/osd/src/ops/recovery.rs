@@ -264,8 +264,11 @@ impl Osd {
         // what it holds older than this OSD holds it must receive.
         let ours = self.list_local(pg.pg, pg_count);
         let theirs: BTreeMap<ObjectId, u64> = theirs.into_iter().collect();
-        let needs: BTreeMap<ObjectId, u64> =
-            ours.into_iter().filter(|(object, version)| theirs.get(object).is_none_or(|held| held < version)).collect();
+        let stale_too = !crate::planted::is_planted(crate::planted::PlantedBug::CatchUpSkipsStaleCopies);
+        let needs: BTreeMap<ObjectId, u64> = ours
+            .into_iter()
+            .filter(|(object, version)| theirs.get(object).is_none_or(|held| stale_too && held < version))
+            .collect();
         self.still_current(state)?;
         state.with_active(|active| {
             active.unlisted.remove(&member);
