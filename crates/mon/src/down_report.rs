@@ -14,7 +14,6 @@ use cluster::records::decode;
 use cluster::{keys, OsdLiveRecord};
 use meta::{LeaseId, MetaError, MetaStore};
 use serde::Deserialize;
-use tokio::net::TcpStream;
 
 use crate::views::DownReportView;
 
@@ -24,7 +23,7 @@ pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// `POST /osds/{id}/down-report`'s body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct DownReport {
+pub struct DownReport {
     /// The incarnation the reporter last knew (the liveness record's).
     pub incarnation: i64,
 }
@@ -40,7 +39,7 @@ enum Probe {
 }
 
 async fn probe(address: &str) -> Probe {
-    match tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(address)).await {
+    match tokio::time::timeout(PROBE_TIMEOUT, net::Stream::connect(address)).await {
         Ok(Ok(_)) => Probe::Accepted,
         Ok(Err(error)) if error.kind() == ErrorKind::ConnectionRefused => Probe::Refused(error.to_string()),
         Ok(Err(error)) => Probe::Inconclusive(error.to_string()),
@@ -49,7 +48,7 @@ async fn probe(address: &str) -> Probe {
 }
 
 /// Checks a report about `osd` and revokes its lease if the mon finds it gone too.
-pub(crate) async fn handle(
+pub async fn handle(
     store: &dyn MetaStore,
     fast_down: bool,
     osd: u32,

@@ -15,7 +15,7 @@
 pub mod admin;
 mod api;
 mod down_out;
-mod down_report;
+pub mod down_report;
 mod leader;
 pub mod local_osds;
 pub mod osd_admin;

@@ -37,17 +37,22 @@ impl Subscriber for StderrLog {
     fn record_follows_from(&self, _span: &Id, _follows: &Id) {}
 
     fn event(&self, event: &Event<'_>) {
-        let metadata = event.metadata();
-        let mut line = Line::default();
-        event.record(&mut line);
-        let mut text = format!("basalt: {} {}: {}", metadata.level(), metadata.target(), line.message);
-        text.push_str(&line.fields);
-        let _ = writeln!(std::io::stderr().lock(), "{text}");
+        let _ = writeln!(std::io::stderr().lock(), "basalt: {}", format_event(event));
     }
 
     fn enter(&self, _span: &Id) {}
 
     fn exit(&self, _span: &Id) {}
+}
+
+/// `LEVEL target: message key=value ...`: one event on one line.
+pub fn format_event(event: &Event<'_>) -> String {
+    let metadata = event.metadata();
+    let mut line = Line::default();
+    event.record(&mut line);
+    let mut text = format!("{} {}: {}", metadata.level(), metadata.target(), line.message);
+    text.push_str(&line.fields);
+    text
 }
 
 #[derive(Default)]

@@ -21,6 +21,7 @@ use sim::{SimDisk, SimDiskOptions, TimedDisk, TimedDiskControl, TimedDiskOptions
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::down_reports::SimDownReporter;
 use crate::history::History;
 use crate::node_store::{NodeStore, StoreFaults, STORE_NODE};
 use crate::pause::PauseSwitch;
@@ -32,11 +33,15 @@ const DISK_BYTES: u64 = 96 << 20;
 /// Small, so that write-back runs often and data reaches its blocks (where bit flips meet it).
 const JOURNAL_BYTES: u64 = 512 << 10;
 /// The pool's PGs: few, so that a run exercises every one.
-const PG_COUNT: u64 = 8;
+pub(crate) const PG_COUNT: u64 = 8;
+/// Each OSD's host (its failure domain) is its node's name after this.
+pub(crate) const HOST_PREFIX: &str = "host-";
 /// Small objects (4 blocks), so that the volumes' blocks spread over every PG.
 pub(crate) const OBJECT_BYTES: u32 = 16 * 1024;
 /// The mon's node on the simulated network.
 pub(crate) const MON_NODE: &str = "mon";
+/// How long a graceful stop may take (the OSD's own budget is 10 s).
+const GRACEFUL_STOP_DEADLINE: Duration = Duration::from_secs(20);
 /// How long the cluster may take to serve before the run gives up on it.
 const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -52,6 +57,8 @@ pub(crate) struct Run {
     pub(crate) trace: RefCell<Trace>,
     pub(crate) history: RefCell<History>,
     pub(crate) violations: RefCell<Vec<String>>,
+    /// Writes of PG history records to the store so far.
+    pub(crate) history_writes: Cell<u64>,
 }
 
 impl Run {
@@ -61,6 +68,13 @@ impl Run {
             trace.record(at - self.started, format_args!("net {event}"));
         }
         trace.record(self.started.elapsed(), event);
+    }
+
+    /// Adds a line of the daemons' log (`log.rs`), outside the hash.
+    pub(crate) fn note(&self, text: &str) {
+        if let Ok(mut trace) = self.trace.try_borrow_mut() {
+            trace.note(self.started.elapsed(), text);
+        }
     }
 
     pub(crate) fn violation(&self, violation: String) {
@@ -74,6 +88,8 @@ pub(crate) struct OsdNode {
     pub(crate) name: String,
     pub(crate) disk: TimedDiskControl,
     pub(crate) process: Option<JoinHandle<()>>,
+    /// Tells the running process how to stop.
+    stop: Option<tokio::sync::oneshot::Sender<Stop>>,
     pub(crate) pause: PauseSwitch,
     /// Set while the fault injector makes the disk fail requests: the OSD stopping on its
     /// failed drive is then what must happen, not a violation.
@@ -85,6 +101,10 @@ pub(crate) struct Nodes {
     pub(crate) network: SimNet,
     store: Arc<dyn MetaStore>,
     pub(crate) store_faults: StoreFaults,
+    /// The OSDs' lease.
+    lease: Duration,
+    /// How clients and OSDs report an OSD gone to the mon.
+    pub(crate) reporter: SimDownReporter,
     /// The node whose data had bits flipped, if any did (`replicas.rs` lets it answer
     /// `Corrupt`).
     pub(crate) rotted: RefCell<Option<String>>,
@@ -139,6 +159,27 @@ impl Nodes {
         self.run.record(format_args!("fault: {name} killed"));
     }
 
+    /// Stops OSD `index` as SIGTERM does (`Stop::Graceful`) and waits until it has.
+    pub(crate) async fn stop_gracefully(&self, index: usize) -> Result<(), String> {
+        let (name, stop, process) = {
+            let mut osds = self.osds.borrow_mut();
+            let node = &mut osds[index];
+            (node.name.clone(), node.stop.take(), node.process.take())
+        };
+        let (Some(stop), Some(process)) = (stop, process) else { return Err(format!("{name} is not running")) };
+        self.run.record(format_args!("{name} asked to stop"));
+        let _ = stop.send(Stop::Graceful);
+        match tokio::time::timeout(GRACEFUL_STOP_DEADLINE, process).await {
+            Ok(_) => {
+                // What it had not written back is on its disk, flushed or not: a clean exit.
+                self.network.kill(&name);
+                self.osds.borrow()[index].disk.process_exited();
+                Ok(())
+            }
+            Err(_) => Err(format!("{name} did not stop within {GRACEFUL_STOP_DEADLINE:?}")),
+        }
+    }
+
     /// Starts OSD `index` again on its disk.
     pub(crate) fn restart(&self, index: usize) {
         let mut osds = self.osds.borrow_mut();
@@ -152,7 +193,11 @@ impl Nodes {
         node.disk.process_exited();
         self.run.record(format_args!("fault: {} restarted", node.name));
         let disk = Box::new(node.disk.reopen());
-        node.process = Some(spawn_osd(&self.network, &self.store, &self.store_faults, node, disk, &self.run));
+        let shared =
+            Shared { network: &self.network, store: &self.store, faults: &self.store_faults, reporter: &self.reporter };
+        let (process, stop) = spawn_osd(&shared, self.lease, node, disk, &self.run);
+        node.process = Some(process);
+        node.stop = Some(stop);
     }
 
     /// Stops every OSD at once (the run is over).
@@ -182,7 +227,9 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         trace: RefCell::new(Trace::new()),
         history: RefCell::new(History::default()),
         violations: RefCell::new(Vec::new()),
+        history_writes: Cell::new(0),
     });
+    crate::log::attach(Some(run.clone()));
     let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory(EmbeddedOptions::default()));
     let record = ClusterRecord {
         version: FORMAT_VERSION,
@@ -193,11 +240,14 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     let recorder = tokio::task::spawn_local(record_commits(store.clone(), run.clone()));
 
     let store_faults = StoreFaults::default();
+    let mon_view: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), MON_NODE, &network, &store_faults));
+    let reporter = SimDownReporter::new(mon_view, &network);
     let (stop_mon, mon) = start_mon(&network, &store, &store_faults, &run);
 
     let mut osds = Vec::new();
     for index in 0..options.osds {
-        osds.push(start_osd(&network, &store, &store_faults, seed, index, &run));
+        let shared = Shared { network: &network, store: &store, faults: &store_faults, reporter: &reporter };
+        osds.push(start_osd(&shared, options.osd_lease, seed, index, &run));
     }
     let mut names: Vec<String> = osds.iter().map(|osd| osd.name.clone()).collect();
     names.extend(["client", "checker", STORE_NODE, MON_NODE].map(String::from));
@@ -206,6 +256,8 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         network: network.clone(),
         store: store.clone(),
         store_faults,
+        lease: options.osd_lease,
+        reporter: reporter.clone(),
         rotted: RefCell::new(None),
         run: run.clone(),
         osds: RefCell::new(osds),
@@ -219,6 +271,7 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     let _ = stop_mon.send(());
     let _ = mon.await;
     recorder.abort();
+    crate::log::attach(None);
     let simulated = run.started.elapsed();
     let ops = run.history.borrow().ops();
     // Aborted tasks still hold the run until the runtime drops them.
@@ -255,14 +308,15 @@ fn start_mon(
 }
 
 /// Formats a disk and starts an OSD on it.
-fn start_osd(
-    network: &SimNet,
-    store: &Arc<dyn MetaStore>,
-    faults: &StoreFaults,
-    seed: u64,
-    index: usize,
-    run: &Rc<Run>,
-) -> OsdNode {
+/// What every OSD process is started with.
+struct Shared<'a> {
+    network: &'a SimNet,
+    store: &'a Arc<dyn MetaStore>,
+    faults: &'a StoreFaults,
+    reporter: &'a SimDownReporter,
+}
+
+fn start_osd(shared: &Shared<'_>, lease: Duration, seed: u64, index: usize, run: &Rc<Run>) -> OsdNode {
     let name = format!("osd{index}");
     let disk = SimDisk::new(SimDiskOptions {
         size_bytes: DISK_BYTES,
@@ -289,27 +343,30 @@ fn start_osd(
         name: name.clone(),
         disk: control,
         process: None,
+        stop: None,
         pause: PauseSwitch::default(),
         failing_disk: Rc::new(Cell::new(false)),
     };
-    let process = spawn_osd(network, store, faults, &node, Box::new(disk), run);
-    OsdNode { process: Some(process), ..node }
+    let (process, stop) = spawn_osd(shared, lease, &node, Box::new(disk), run);
+    OsdNode { process: Some(process), stop: Some(stop), ..node }
 }
 
 /// Runs an OSD process on `node`'s disk.
 fn spawn_osd(
-    network: &SimNet,
-    store: &Arc<dyn MetaStore>,
-    faults: &StoreFaults,
+    shared: &Shared<'_>,
+    lease: Duration,
     node: &OsdNode,
     disk: Box<dyn platform::Disk>,
     run: &Rc<Run>,
-) -> JoinHandle<()> {
+) -> (JoinHandle<()>, tokio::sync::oneshot::Sender<Stop>) {
     let address = format!("{}{}", net::sim::SIM_PREFIX, node.name);
+    let network = shared.network;
     let listener = network.listen(&node.name, &address).expect("a free simulated address");
-    let store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), &node.name, network, faults));
+    let store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(shared.store.clone(), &node.name, network, shared.faults));
     let mut config = OsdConfig::new(Metadata::Store(store.clone()), format!("/sim/{}", node.name), address.clone());
-    config.host = Some(format!("host-{}", node.name));
+    config.host = Some(format!("{HOST_PREFIX}{}", node.name));
+    config.lease_ttl = lease;
+    config.down_reporter = Some(Arc::new(shared.reporter.clone()));
     let env = OsdEnv {
         disk,
         disk_ready: Box::new(node.disk.ready()),
@@ -319,18 +376,34 @@ fn spawn_osd(
         store: store.clone(),
     };
     let (run, name, failing_disk) = (run.clone(), node.name.clone(), node.failing_disk.clone());
-    tokio::task::spawn_local(node.pause.wrap(SimNet::on_node(&node.name.clone(), async move {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<Stop>();
+    let asked = Rc::new(Cell::new(false));
+    let stop_signal = {
+        let asked = asked.clone();
+        async move {
+            match stopped.await {
+                Ok(how) => {
+                    asked.set(true);
+                    how
+                }
+                Err(_) => std::future::pending().await,
+            }
+        }
+    };
+    let process = tokio::task::spawn_local(node.pause.wrap(SimNet::on_node(&node.name.clone(), async move {
         let local = tokio::task::LocalSet::new();
         let ready = |ready: &osd::Ready| run.record(format_args!("{name} serving as osd.{}", ready.osd));
-        let served = local.run_until(osd::serve(config, env, ready, std::future::pending::<Stop>())).await;
+        let served = local.run_until(osd::serve(config, env, ready, stop_signal)).await;
         match served {
             Err(error @ osd::OsdError::DriveFailed { .. }) if failing_disk.get() => {
                 run.record(format_args!("{name} stopped: {error}"));
             }
             Err(error) => run.violation(format!("{name} stopped: {error}")),
+            Ok(()) if asked.get() => run.record(format_args!("{name} stopped as asked")),
             Ok(()) => run.violation(format!("{name} stopped unasked")),
         }
-    })))
+    })));
+    (process, stop)
 }
 
 /// Creates the pool and the volumes, and waits until every PG serves.
@@ -340,8 +413,8 @@ async fn prepare(store: &Arc<dyn MetaStore>, options: &SimOptions) -> Result<(),
     loop {
         let request = mon::admin::CreatePool {
             name: "sim".into(),
-            replicas: 3,
-            min_size: Some(2),
+            replicas: u64::from(options.replicas),
+            min_size: Some(u64::from(options.min_size)),
             pg_count: Some(PG_COUNT),
             failure_domain: "host".into(),
             tags: Vec::new(),
@@ -372,6 +445,9 @@ async fn prepare(store: &Arc<dyn MetaStore>, options: &SimOptions) -> Result<(),
 async fn record_commits(store: Arc<dyn MetaStore>, run: Rc<Run>) {
     let Ok(mut watch) = store.watch("/", Some(1)).await else { return };
     while let Some(Ok(event)) = watch.next().await {
+        if event.kind == meta::WatchEventKind::Put && event.kv.key.starts_with(cluster::keys::PG_HISTORY_PREFIX) {
+            run.history_writes.set(run.history_writes.get() + 1);
+        }
         let value = fnv1a(0, &event.kv.value);
         run.record(format_args!("store r{} {:?} {} {value:016x}", event.revision, event.kind, event.kv.key));
     }

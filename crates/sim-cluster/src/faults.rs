@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use engine::layout::{MetaEntry, Superblock};
 use engine::PAGE_SIZE_BYTES;
-use sim::SimDisk;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use sim::SimDisk;
 use tokio::time::Instant;
 
 use crate::clock::{self, Skew};
@@ -170,7 +170,9 @@ pub(crate) async fn inject(seed: u64, nodes: Rc<Nodes>) {
                 let count = rng.gen_range(1..4);
                 let flipped = nodes.with_osd(rotting, |osd| osd.disk.with_disk(|disk| rot(disk, count, &mut rng)));
                 nodes.rotted.replace(Some(nodes.name(rotting)));
-                nodes.run().record(format_args!("fault: bits flipped in {}'s data pages {flipped:?}", nodes.name(rotting)));
+                nodes
+                    .run()
+                    .record(format_args!("fault: bits flipped in {}'s data pages {flipped:?}", nodes.name(rotting)));
             }
             Kind::StoreStall => {
                 let until = Instant::now() + lasting / 2;

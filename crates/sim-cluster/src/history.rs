@@ -38,6 +38,7 @@ pub(crate) struct History {
     clock: u64,
     /// Ops that ended (acknowledged, failed or read).
     ops: u64,
+    acknowledged: u64,
     next_id: u64,
     blocks: BTreeMap<Address, Vec<Write>>,
 }
@@ -69,6 +70,12 @@ impl History {
             .expect("a write that started");
         write.end = Some(end);
         self.ops += 1;
+        self.acknowledged += 1;
+    }
+
+    /// Writes acknowledged so far.
+    pub(crate) fn acknowledged_writes(&self) -> u64 {
+        self.acknowledged
     }
 
     /// A write failed: it may land or not, at any time from its start.

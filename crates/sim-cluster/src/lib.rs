@@ -16,29 +16,36 @@
 //! - `faults.rs`: the faults drawn while the clients run (kills, pauses, cuts, disk faults,
 //!   store stalls, watch lag, clock skew), one at a time.
 //! - `node_store.rs`: the metadata store as each node reaches it, through the network's cuts.
+//! - `scenarios.rs`: the real-process failure tests' scripts, on the simulated cluster.
 //! - `settle.rs`: every PG clean on its target set within a bound once the faults stop.
 //! - `replicas.rs`: then every copy of every object identical, before and after a scrub.
 //! - `pause.rs`: a node paused as SIGSTOP pauses a process.
 //! - `history.rs`: what each block may read as, and the violations.
 //! - `trace.rs`: the trace and its hash.
+//! - `down_reports.rs`: clients' and OSDs' reports of an OSD gone, to the mon's handler.
 //! - `clock.rs`: the simulated time of day.
+//! - `log.rs`: the daemons' log in the trace.
 
 #[cfg(not(tokio_unstable))]
 compile_error!("the simulation seeds tokio's RNG, which needs `--cfg tokio_unstable` (set in .cargo/config.toml)");
 
 mod clock;
 mod cluster;
+mod down_reports;
 mod faults;
 mod history;
+pub mod log;
 mod node_store;
 mod pause;
 mod replicas;
+mod scenarios;
 mod settle;
 mod trace;
 mod workload;
 
 use std::time::Duration;
 
+pub use scenarios::Scenario;
 pub use trace::Trace;
 
 /// The shape of a simulated run.
@@ -52,8 +59,15 @@ pub struct SimOptions {
     pub ops_per_client: usize,
     /// Blocks of each volume the clients touch (few, so that writes meet).
     pub blocks_per_volume: u64,
-    /// Whether OSDs are killed and restarted while the clients run (`faults.rs`).
+    /// The pool's copies and how many must hold a write before it is acknowledged.
+    pub replicas: u8,
+    pub min_size: u8,
+    /// The OSDs' lease.
+    pub osd_lease: Duration,
+    /// Whether faults drawn from the seed hit the cluster while the clients run (`faults.rs`).
     pub faults: bool,
+    /// A scripted failure instead (`scenarios.rs`).
+    pub scenario: Option<Scenario>,
     /// A known bug planted in the OSDs, for the mutation checks.
     pub planted: Option<osd::planted::PlantedBug>,
 }
@@ -66,7 +80,11 @@ impl Default for SimOptions {
             volumes: 2,
             ops_per_client: 200,
             blocks_per_volume: 48,
+            replicas: 3,
+            min_size: 2,
+            osd_lease: Duration::from_secs(3),
             faults: true,
+            scenario: None,
             planted: None,
         }
     }
@@ -114,7 +132,44 @@ pub fn run(seed: u64, options: &SimOptions) -> Outcome {
     outcome
 }
 
-/// The command that replays `seed` with its trace printed.
-pub fn replay_command(seed: u64) -> String {
-    format!("BASALT_SIM_SEED={seed} BASALT_SIM_TRACE=1 cargo test --release -p sim-cluster --test seeds")
+/// The command that replays `seed` of `options` (its scenario, its planted bug) with its trace
+/// and the daemons' log printed.
+pub fn replay_command(seed: u64, options: &SimOptions) -> String {
+    let mut command = format!("BASALT_SIM_SEED={seed} BASALT_SIM_TRACE=1 BASALT_SIM_LOG=info");
+    if let Some(scenario) = options.scenario {
+        command.push_str(&format!(" BASALT_SIM_SCENARIO={}", scenario.name()));
+    }
+    if let Some(bug) = options.planted {
+        command.push_str(&format!(" BASALT_SIM_PLANT={}", bug.name()));
+    }
+    command + " cargo test --release -p sim-cluster --test seeds"
+}
+
+/// Runs `seed` twice: both runs must pass and leave the same trace. The error names the
+/// violations with the trace's last lines, or where the two runs parted, and the replay command.
+pub fn run_twice(seed: u64, options: &SimOptions) -> Result<Outcome, String> {
+    let first = run(seed, options);
+    if !first.passed() {
+        return Err(format!(
+            "seed {seed} failed: {:#?}\n{}\nreplay: {}",
+            first.violations,
+            first.trace.tail(60).join("\n"),
+            replay_command(seed, options)
+        ));
+    }
+    let second = run(seed, options);
+    if first.trace.hash() != second.trace.hash() {
+        let (a, b) = (first.trace.lines(), second.trace.lines());
+        let at = a.iter().zip(b).position(|(a, b)| a != b).unwrap_or(a.len().min(b.len()));
+        let context = |lines: &[String]| lines[at.saturating_sub(10)..(at + 5).min(lines.len())].join("\n");
+        return Err(format!(
+            "seed {seed} ran differently twice ({} and {} lines), from line {at}:\nfirst run:\n{}\nsecond run:\n{}\nreplay: {}",
+            a.len(),
+            b.len(),
+            context(a),
+            context(b),
+            replay_command(seed, options)
+        ));
+    }
+    Ok(first)
 }

@@ -67,13 +67,15 @@ async fn compare(store: &Arc<dyn MetaStore>, options: &SimOptions, rotting: Opti
         for stripe in 0..stripes {
             let pg = cluster::object_pg(record.id, stripe, pool.pg_count);
             let state = map.pg(pool.id, pg).ok_or_else(|| format!("no PG {}.{pg} in the map", pool.id))?;
-            let request = Request::ObjectInfo { pg: PgId { pool: pool.id, pg }, object: ObjectId { inode: record.id, stripe } };
+            let request =
+                Request::ObjectInfo { pg: PgId { pool: pool.id, pg }, object: ObjectId { inode: record.id, stripe } };
             let mut copies = Vec::new();
             for &osd in &state.members {
                 let copy = ask(&map, &mut connections, osd, state.epoch, request.clone()).await;
                 copies.push((osd, node_of(&map, osd), copy));
             }
-            let sound: Vec<&Copy> = copies.iter().map(|(_, _, copy)| copy).filter(|copy| **copy != Copy::Corrupt).collect();
+            let sound: Vec<&Copy> =
+                copies.iter().map(|(_, _, copy)| copy).filter(|copy| **copy != Copy::Corrupt).collect();
             let rotten_elsewhere = copies
                 .iter()
                 .any(|(_, node, copy)| *copy == Copy::Corrupt && rotting.is_none_or(|rotting| node != rotting));
@@ -97,10 +99,10 @@ async fn ask(
     epoch: u64,
     request: Request,
 ) -> Copy {
-    if !connections.contains_key(&osd) {
+    if let std::collections::btree_map::Entry::Vacant(entry) = connections.entry(osd) {
         let Some(address) = map.address(osd) else { return Copy::Other(format!("osd.{osd} has no address")) };
         match net::connect(address).await {
-            Ok(connection) => connections.insert(osd, connection),
+            Ok(connection) => entry.insert(connection),
             Err(error) => return Copy::Other(format!("connecting: {error}")),
         };
     }

@@ -52,7 +52,7 @@ fn describe(view: PgView) -> String {
 }
 
 /// Every PG's view, from the map and the live OSDs' answers (one at a time, from this node).
-async fn pg_views(store: &Arc<dyn MetaStore>) -> Result<Vec<PgView>, String> {
+pub(crate) async fn pg_views(store: &Arc<dyn MetaStore>) -> Result<Vec<PgView>, String> {
     let map = cluster_watch::load(store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))?;
     let mut answers = OsdAnswers::default();
     for &osd in map.live.keys() {

@@ -25,6 +25,12 @@ impl Trace {
         Trace { lines: Vec::new(), hash: FNV_OFFSET }
     }
 
+    /// Adds `text` at simulated time `at` to the lines only: the daemons' log, which the
+    /// hash leaves out so that a run hashes alike whether it is logged or not.
+    pub(crate) fn note(&mut self, at: Duration, text: &str) {
+        self.lines.push(format!("{:>10.3} ms  | {text}", at.as_secs_f64() * 1e3));
+    }
+
     /// Records `event` at simulated time `at`.
     pub(crate) fn record(&mut self, at: Duration, event: impl std::fmt::Display) {
         let mut line = String::new();

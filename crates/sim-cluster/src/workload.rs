@@ -15,6 +15,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::cluster::{derive, Nodes, Run};
 use crate::history::{contents, Address, BLOCK_BYTES};
+use crate::scenarios::{self, Stage};
 use crate::SimOptions;
 use crate::{faults, replicas, settle};
 
@@ -23,7 +24,7 @@ pub(crate) fn volume_name(index: usize) -> String {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Op {
+pub(crate) enum Op {
     Write,
     Read,
     Trim,
@@ -38,11 +39,11 @@ const FINAL_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Runs the clients to the end (with faults, if asked), then the final reads.
 pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaStore>, nodes: &Rc<Nodes>, run: &Rc<Run>) {
-    let client = match SimNet::on_node("client", Client::with_store_and_options(store.clone(), client_options())).await
-    {
-        Ok(client) => Rc::new(client),
-        Err(error) => return run.violation(format!("the client could not start: {error}")),
-    };
+    let client =
+        match SimNet::on_node("client", Client::with_store_and_options(store.clone(), client_options(nodes))).await {
+            Ok(client) => Rc::new(client),
+            Err(error) => return run.violation(format!("the client could not start: {error}")),
+        };
     let mut volumes = Vec::new();
     for index in 0..options.volumes {
         match SimNet::on_node("client", client.open_volume(&volume_name(index))).await {
@@ -57,11 +58,24 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         let task = one_client(derive(seed, 1000 + index as u64), index, options.clone(), volumes.clone(), run.clone());
         clients.push(tokio::task::spawn_local(SimNet::on_node(&node, task)));
     }
+    let scenario = options.scenario.map(|scenario| {
+        let stage = Stage { nodes, store, volumes: &volumes, run };
+        scenarios::play(scenario, stage)
+    });
     let finished = tokio::time::timeout(CLIENTS_DEADLINE, async {
-        for client in clients {
-            if let Err(error) = client.await {
-                run.violation(format!("a client task failed: {error}"));
+        // The scenario plays while the clients run (it is its own task's work, on this one).
+        let clients = async {
+            for client in clients {
+                if let Err(error) = client.await {
+                    run.violation(format!("a client task failed: {error}"));
+                }
             }
+        };
+        match scenario {
+            Some(scenario) => {
+                tokio::join!(clients, scenario);
+            }
+            None => clients.await,
         }
     })
     .await;
@@ -78,7 +92,7 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     // that failed after it), first with the OSD the faults left down still down (the pool
     // serves with one copy gone), then with every OSD back.
     final_reads(&volumes, run, "final").await;
-    if options.faults {
+    if options.faults || options.scenario.is_some() {
         faults::heal(nodes);
         final_reads(&volumes, run, "healed").await;
     }
@@ -100,9 +114,14 @@ async fn final_reads(volumes: &[Rc<Volume>], run: &Run, who: &str) {
     }
 }
 
-fn client_options() -> ClientOptions {
-    // Waits for as long as it takes (no faults make ops fail), retrying quickly.
-    ClientOptions { io_timeout: None, ..ClientOptions::default() }
+fn client_options(nodes: &Nodes) -> ClientOptions {
+    // Waits for as long as it takes (no faults make ops fail), retrying quickly; reports an
+    // OSD it finds gone to the mon.
+    ClientOptions {
+        io_timeout: None,
+        down_reporter: Some(Arc::new(nodes.reporter.clone())),
+        ..ClientOptions::default()
+    }
 }
 
 async fn one_client(seed: u64, index: usize, options: SimOptions, volumes: Vec<Rc<Volume>>, run: Rc<Run>) {
@@ -125,7 +144,7 @@ async fn one_client(seed: u64, index: usize, options: SimOptions, volumes: Vec<R
     }
 }
 
-async fn write(volumes: &[Rc<Volume>], address: Address, op: Op, run: &Run, who: &str) {
+pub(crate) async fn write(volumes: &[Rc<Volume>], address: Address, op: Op, run: &Run, who: &str) {
     let id = run.history.borrow_mut().write_started(address, !matches!(op, Op::Write));
     run.record(format_args!("{who} {op:?} vol{} block {} as write {id}", address.0, address.1));
     let volume = &volumes[address.0];
@@ -149,7 +168,7 @@ async fn write(volumes: &[Rc<Volume>], address: Address, op: Op, run: &Run, who:
     }
 }
 
-async fn read(volumes: &[Rc<Volume>], address: Address, run: &Run, who: &str) {
+pub(crate) async fn read(volumes: &[Rc<Volume>], address: Address, run: &Run, who: &str) {
     let start = run.history.borrow_mut().tick();
     let offset = address.1 * BLOCK_BYTES as u64;
     match volumes[address.0].read(offset, BLOCK_BYTES as u32).await {

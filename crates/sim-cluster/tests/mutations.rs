@@ -15,13 +15,12 @@ fn seeds_to_catch(bug: PlantedBug, limit: u64) -> Option<(u64, Vec<String>)> {
 
 /// Fails unless `bug` makes a seed fail within `limit` seeds; prints which.
 fn caught_within(bug: PlantedBug, limit: u64) {
-    let name = bug.name();
     let (seeds, violations) =
         seeds_to_catch(bug, limit).unwrap_or_else(|| panic!("no violation in {limit} seeds with {bug:?} planted"));
     eprintln!(
-        "{bug:?} caught at seed {seeds}: {}\nreplay: BASALT_SIM_PLANT={name} {}",
+        "{bug:?} caught at seed {seeds}: {}\nreplay: {}",
         violations[0],
-        sim_cluster::replay_command(seeds)
+        sim_cluster::replay_command(seeds, &SimOptions { planted: Some(bug), ..SimOptions::default() })
     );
 }
 

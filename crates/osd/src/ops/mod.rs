@@ -85,6 +85,10 @@ pub(crate) enum OpError {
     HistoryChanged { pg: PgId },
     #[error("pg {}.{}: cannot record its acting set: {reason}", pg.pool, pg.pg)]
     HistoryNotRecorded { pg: PgId, reason: String },
+    /// This copy cannot be read and the repair from a member's copy could not finish now (a
+    /// member did not answer): the client retries, and the read succeeds once the repair can.
+    #[error("pg {}.{}: {object}: this copy cannot be read and its repair did not finish: {reason}", pg.pool, pg.pg)]
+    RepairUnfinished { pg: PgId, object: ObjectId, reason: String },
     #[error("engine: {0}")]
     Engine(#[from] EngineError),
 }
@@ -116,7 +120,8 @@ impl OpError {
             | OpError::PgInactive { .. }
             | OpError::MemberNotListed { .. }
             | OpError::HistoryChanged { .. }
-            | OpError::HistoryNotRecorded { .. } => Status::Busy,
+            | OpError::HistoryNotRecorded { .. }
+            | OpError::RepairUnfinished { .. } => Status::Busy,
         }
     }
 }

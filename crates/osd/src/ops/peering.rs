@@ -179,7 +179,8 @@ impl Osd {
         };
         if crate::planted::is_planted(crate::planted::PlantedBug::CatchUpSkipsStaleCopies) {
             for (member, needs) in &mut plan.needs {
-                let held = |object| listings.get(member).is_some_and(|listing| listing.iter().any(|(o, _)| *o == object));
+                let held =
+                    |object| listings.get(member).is_some_and(|listing| listing.iter().any(|(o, _)| *o == object));
                 needs.retain(|need| !held(need.object));
             }
         }

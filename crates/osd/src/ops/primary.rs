@@ -66,9 +66,13 @@ impl Osd {
                         self.still_active(&state)?;
                         self.read(object, offset_bytes, length_bytes).await?.1
                     }
-                    Err(reason) => {
+                    Err(scrub::RepairError::Unrepairable(reason)) => {
                         tracing::error!(osd = self.id, pg = %pg, %object, %reason, "cannot repair a copy");
                         return Err(error);
+                    }
+                    Err(scrub::RepairError::Unfinished(reason)) => {
+                        tracing::warn!(osd = self.id, pg = %pg, %object, %reason, "the repair of a copy did not finish");
+                        return Err(OpError::RepairUnfinished { pg, object, reason });
                     }
                 }
             }

@@ -191,7 +191,9 @@ impl Osd {
                     tally.found += 1;
                     tally.repaired += 1;
                 }
-                Err(reason) => {
+                // Stopped here; the request stays due and the PG is scrubbed again.
+                Err(RepairError::Unfinished(reason)) => return Err(format!("repairing {object}: {reason}")),
+                Err(reason @ RepairError::Unrepairable(_)) => {
                     tally.found += 1;
                     tally.unrepairable += 1;
                     tracing::error!(osd = self.id, pg = %pg, %object, %reason, "cannot repair an object");
@@ -244,28 +246,39 @@ impl Osd {
 
     /// Under the object's queue: looks at every member's copy again and, if they disagree,
     /// rewrites the object on every member from a good copy. `Ok(true)` when it rewrote.
-    pub(super) async fn repair(self: &Rc<Self>, state: &Rc<Pg>, object: ObjectId) -> Result<Option<Bytes>, String> {
+    pub(super) async fn repair(
+        self: &Rc<Self>,
+        state: &Rc<Pg>,
+        object: ObjectId,
+    ) -> Result<Option<Bytes>, RepairError> {
         let _object = self.locks.write(object).await;
-        self.still_current(state)?;
-        let acting = state.with_active(|active| active.acting.clone()).ok_or("the pg is not active")?;
-        let copies = self.inspect(state, &acting, object).await?;
+        self.still_current(state).map_err(RepairError::Unfinished)?;
+        let acting = state
+            .with_active(|active| active.acting.clone())
+            .ok_or_else(|| RepairError::Unfinished("the pg is not active".into()))?;
+        let copies = self.inspect(state, &acting, object).await.map_err(RepairError::Unfinished)?;
         let source = match judge(&copies) {
             Verdict::Consistent => return Ok(None),
-            Verdict::Unrepairable => return Err(format!("no member holds a readable copy: {copies:?}")),
+            Verdict::Unrepairable => {
+                return Err(RepairError::Unrepairable(format!("no member holds a readable copy: {copies:?}")))
+            }
             Verdict::Repair { source, bad } => {
                 tracing::warn!(osd = self.id, pg = %state.id, %object, source, ?bad, "rewriting an object from a good copy");
                 source
             }
         };
+        let unfinished = RepairError::Unfinished;
         let data = if source == self.id {
-            self.read(object, 0, self.object_size_bytes).await.map_err(|error| error.to_string())?.1
+            self.read(object, 0, self.object_size_bytes).await.map_err(|error| unfinished(error.to_string()))?.1
         } else {
             let map = self.map.borrow().clone();
-            let address = map.address(source).ok_or_else(|| format!("osd.{source} is down"))?;
-            self.read_member_copy(state.id, state.epoch, source, address, object).await?.1
+            let address = map.address(source).ok_or_else(|| unfinished(format!("osd.{source} is down")))?;
+            self.read_member_copy(state.id, state.epoch, source, address, object).await.map_err(unfinished)?.1
         };
         let mutation = Mutation::Write { offset_bytes: 0, data: data.clone() };
-        self.replicate_held(state, object, mutation).await.map_err(|error| format!("rewriting {object}: {error}"))?;
+        self.replicate_held(state, object, mutation)
+            .await
+            .map_err(|error| unfinished(format!("rewriting {object}: {error}")))?;
         Ok(Some(data))
     }
 
@@ -293,10 +306,31 @@ impl Osd {
 }
 
 /// Whether `error` is a copy failing its checksums.
+/// Why a repair did not rewrite an object.
+#[derive(Debug)]
+pub(super) enum RepairError {
+    /// No member holds a readable copy.
+    Unrepairable(String),
+    /// A member did not answer, the PG moved on, or the rewrite failed: a later try may work.
+    Unfinished(String),
+}
+
+impl std::fmt::Display for RepairError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RepairError::Unrepairable(reason) => write!(f, "unrepairable: {reason}"),
+            RepairError::Unfinished(reason) => write!(f, "unfinished: {reason}"),
+        }
+    }
+}
+
 /// Whether a read failed on this copy alone (checksums, or the drive refusing the read), so
 /// that a member's good copy can replace it.
 pub(super) fn unreadable(error: &OpError) -> bool {
-    matches!(error, OpError::Engine(EngineError::Corrupt { .. } | EngineError::MetaCorrupt { .. } | EngineError::Disk(_)))
+    matches!(
+        error,
+        OpError::Engine(EngineError::Corrupt { .. } | EngineError::MetaCorrupt { .. } | EngineError::Disk(_))
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,55 @@
+//! The real-process failure tests' scenarios (`sim_cluster::Scenario`), each on several seeds,
+//! each seed twice: the scenario's own check and every check of the simulation must pass, and
+//! both runs must leave the same trace. `BASALT_SIM_SCENARIO_SEEDS=N` runs N seeds of each
+//! (default 5).
+
+use sim_cluster::{run_twice, Scenario};
+
+fn seeds() -> u64 {
+    std::env::var("BASALT_SIM_SCENARIO_SEEDS").map_or(5, |value| {
+        value.parse().unwrap_or_else(|_| panic!("BASALT_SIM_SCENARIO_SEEDS={value} is not a number"))
+    })
+}
+
+fn play(scenario: Scenario) {
+    for seed in 1..=seeds() {
+        if let Err(failure) = run_twice(seed, &scenario.options()) {
+            panic!("{scenario:?}: {failure}");
+        }
+    }
+}
+
+#[test]
+fn a_primary_killed_under_load_fails_over_and_catches_up() {
+    play(Scenario::KillPrimary);
+}
+
+#[test]
+fn a_paused_primary_is_replaced_after_its_lease_and_rejoins() {
+    play(Scenario::PausePrimary);
+}
+
+#[test]
+fn every_osd_restarted_in_turn_loses_nothing() {
+    play(Scenario::RollingRestarts);
+}
+
+#[test]
+fn an_osd_cut_off_is_replaced_and_catches_up_after_the_heal() {
+    play(Scenario::CutOff);
+}
+
+#[test]
+fn an_osd_that_missed_writes_never_serves_alone() {
+    play(Scenario::PastSets);
+}
+
+#[test]
+fn a_pg_below_min_size_acknowledges_nothing() {
+    play(Scenario::BelowMinSize);
+}
+
+#[test]
+fn a_killed_osd_is_down_as_soon_as_a_client_finds_it_gone() {
+    play(Scenario::FastDown);
+}
