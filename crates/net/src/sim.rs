@@ -193,6 +193,18 @@ impl SimNet {
         }
     }
 
+    /// Resets every stream between `a` and `b`, either way (a middlebox dropping the
+    /// connections): both ends see an error; listeners stay.
+    pub fn reset(&self, a: &str, b: &str) {
+        let mut state = self.state();
+        for pipe in live_pipes(&mut state.pipes) {
+            if (&*pipe.from == a && &*pipe.to == b) || (&*pipe.from == b && &*pipe.to == a) {
+                pipe.lock().reset = true;
+                pipe.changed.notify_waiters();
+            }
+        }
+    }
+
     /// What a crash does to `node`'s sockets: every stream to or from it fails with a reset,
     /// and its listeners close.
     pub fn kill(&self, node: &str) {

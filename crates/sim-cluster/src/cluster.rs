@@ -105,6 +105,8 @@ pub(crate) struct Nodes {
     lease: Duration,
     /// How clients and OSDs report an OSD gone to the mon.
     pub(crate) reporter: SimDownReporter,
+    /// The mon, while it runs.
+    mon: RefCell<Option<MonProcess>>,
     /// The node whose data had bits flipped, if any did (`replicas.rs` lets it answer
     /// `Corrupt`).
     pub(crate) rotted: RefCell<Option<String>>,
@@ -157,6 +159,25 @@ impl Nodes {
         self.network.kill(&name);
         self.osds.borrow()[index].disk.crash();
         self.run.record(format_args!("fault: {name} killed"));
+    }
+
+    /// Kills the mon as a power loss would (its tasks and connections gone at once; what it
+    /// holds is in the store, and its leadership lapses with its lease).
+    pub(crate) async fn kill_mon(&self) {
+        let Some(mon) = self.mon.take() else { return };
+        mon.task.abort();
+        let _ = mon.task.await;
+        self.network.kill(MON_NODE);
+        self.run.record("fault: mon killed");
+    }
+
+    /// Starts the mon again, if it is down.
+    pub(crate) fn restart_mon(&self) {
+        if self.mon.borrow().is_some() {
+            return;
+        }
+        self.run.record("fault: mon restarted");
+        self.mon.replace(Some(start_mon(&self.network, &self.store, &self.store_faults, &self.run)));
     }
 
     /// Stops OSD `index` as SIGTERM does (`Stop::Graceful`) and waits until it has.
@@ -242,7 +263,7 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     let store_faults = StoreFaults::default();
     let mon_view: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), MON_NODE, &network, &store_faults));
     let reporter = SimDownReporter::new(mon_view, &network);
-    let (stop_mon, mon) = start_mon(&network, &store, &store_faults, &run);
+    let mon = start_mon(&network, &store, &store_faults, &run);
 
     let mut osds = Vec::new();
     for index in 0..options.osds {
@@ -259,6 +280,7 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         lease: options.osd_lease,
         reporter: reporter.clone(),
         rotted: RefCell::new(None),
+        mon: RefCell::new(Some(mon)),
         run: run.clone(),
         osds: RefCell::new(osds),
         names,
@@ -268,8 +290,10 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         Err(error) => run.violation(error),
     }
     nodes.abort_all();
-    let _ = stop_mon.send(());
-    let _ = mon.await;
+    if let Some(mon) = nodes.mon.take() {
+        let _ = mon.stop.send(());
+        let _ = mon.task.await;
+    }
     recorder.abort();
     crate::log::attach(None);
     let simulated = run.started.elapsed();
@@ -280,12 +304,7 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
 
 /// Runs the mon in a `LocalSet` of its own on its node, so that its connects (verifying a
 /// client's report that an OSD is gone) come from that node; stops it when told.
-fn start_mon(
-    network: &SimNet,
-    store: &Arc<dyn MetaStore>,
-    faults: &StoreFaults,
-    run: &Rc<Run>,
-) -> (tokio::sync::oneshot::Sender<()>, JoinHandle<()>) {
+fn start_mon(network: &SimNet, store: &Arc<dyn MetaStore>, faults: &StoreFaults, run: &Rc<Run>) -> MonProcess {
     let mon_store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), MON_NODE, network, faults));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = run.clone();
@@ -304,7 +323,13 @@ fn start_mon(
             })
             .await;
     }));
-    (stop, task)
+    MonProcess { stop, task }
+}
+
+/// The running mon, and how to stop it.
+pub(crate) struct MonProcess {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: JoinHandle<()>,
 }
 
 /// Formats a disk and starts an OSD on it.

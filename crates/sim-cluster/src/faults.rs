@@ -5,6 +5,8 @@
 //! - an OSD paused as SIGSTOP pauses it (often past its lease), then resumed;
 //! - an OSD cut off from every other node, both ways; or one way only (what it sends, or what
 //!   it is sent, is held until the heal), from every node or from one other OSD;
+//! - the connections between an OSD and another node reset (both ends see an error);
+//! - the mon killed and restarted (its leadership lapses with its lease);
 //! - an OSD cut off from the metadata store alone: its lease runs out while its peers still
 //!   reach it;
 //! - an OSD's disk slowed down many times over;
@@ -31,11 +33,13 @@ use crate::clock::{self, Skew};
 use crate::cluster::{Nodes, MON_NODE};
 
 /// The kinds of fault, and how often each is drawn (per mille).
-const KINDS: [(Kind, u32); 12] = [
-    (Kind::Kill, 250),
-    (Kind::Pause, 120),
-    (Kind::Isolate, 100),
-    (Kind::CutOneWay, 100),
+const KINDS: [(Kind, u32); 14] = [
+    (Kind::Kill, 230),
+    (Kind::Pause, 110),
+    (Kind::Isolate, 90),
+    (Kind::CutOneWay, 90),
+    (Kind::Reset, 50),
+    (Kind::KillMon, 50),
     (Kind::CutFromStore, 80),
     (Kind::SlowDisk, 80),
     (Kind::FailWrites, 70),
@@ -52,6 +56,8 @@ enum Kind {
     Pause,
     Isolate,
     CutOneWay,
+    Reset,
+    KillMon,
     CutFromStore,
     SlowDisk,
     FailWrites,
@@ -125,6 +131,24 @@ pub(crate) async fn inject(seed: u64, nodes: Rc<Nodes>) {
                 nodes.run().record(format_args!("fault: one way cut {way} {name}, with {}", others.join(",")));
                 tokio::time::sleep(lasting).await;
                 heal_network(&nodes);
+            }
+            Kind::Reset => {
+                let name = nodes.name(index);
+                // The store is reached by calls, not streams (`node_store.rs`): a cut models it.
+                let peers: Vec<String> = nodes
+                    .names()
+                    .iter()
+                    .filter(|other| **other != name && *other != crate::node_store::STORE_NODE)
+                    .cloned()
+                    .collect();
+                let peer = &peers[rng.gen_range(0..peers.len())];
+                nodes.network.reset(&name, peer);
+                nodes.run().record(format_args!("fault: connections between {name} and {peer} reset"));
+            }
+            Kind::KillMon => {
+                nodes.kill_mon().await;
+                tokio::time::sleep(lasting).await;
+                nodes.restart_mon();
             }
             Kind::CutFromStore => {
                 let name = nodes.name(index);
@@ -249,6 +273,7 @@ fn clear_disk_errors(nodes: &Nodes, index: usize) {
 pub(crate) fn heal(nodes: &Nodes) {
     heal_network(nodes);
     nodes.store_faults.clear();
+    nodes.restart_mon();
     for index in 0..nodes.count() {
         nodes.with_osd(index, |osd| {
             osd.pause.resume();

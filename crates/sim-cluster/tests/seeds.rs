@@ -62,10 +62,13 @@ fn seeds_pass_and_replay_alike() {
     }
     let started = Instant::now();
     let mut simulated = std::time::Duration::ZERO;
-    for &seed in &seeds {
+    for (done, &seed) in seeds.iter().enumerate() {
         match run_twice(seed, &options) {
             Ok(outcome) => simulated += outcome.simulated,
             Err(failure) => panic!("{failure}"),
+        }
+        if (done + 1) % 1000 == 0 {
+            eprintln!("{} seeds passed, to seed {seed}, in {:.0} s", done + 1, started.elapsed().as_secs_f64());
         }
     }
     let seconds = started.elapsed().as_secs_f64();
