@@ -88,7 +88,7 @@ fn damaged_copies_are_repaired_by_client_reads_and_by_scrub() {
         let rotten = damage(&cluster.data(0), 3);
         run_fio(&dir, "64M", 31, &["--verify_only"]);
         let log = cluster.osd(0).log_tail(4000);
-        let repairs = log.matches("repairing a copy that fails its checksums").count();
+        let repairs = log.matches("repairing a copy that cannot be read").count();
         eprintln!("scrub: {rotten} pages of a running primary damaged; {repairs} repaired by client reads");
         assert!(repairs > 0, "no client read repaired a copy: {log}");
         // Its copies in the PGs it leads were all read, so repaired; its other copies are the
