@@ -28,6 +28,8 @@ use tokio::time::Instant;
 
 /// How often the controller sets the rate.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// The shortest wait for tokens: tokio's timers fire on whole milliseconds.
+const MIN_WAIT: Duration = Duration::from_millis(1);
 /// The span whose good ticks are the client's usual tail latency.
 const BASELINE_WINDOW: Duration = Duration::from_secs(30);
 /// Which of the window's ticks, best first, is the usual tail: not the very best, which noise
@@ -146,7 +148,10 @@ impl Pacer {
                     state.granted_bytes += bytes;
                     None
                 } else if first && slots {
-                    Some(Duration::from_secs_f64(-state.tokens / state.rate_bytes_per_s))
+                    // At least a tick of tokio's timer: a shorter sleep ends at once, and a
+                    // deficit of a few bytes would spin until the clock moves (which a paused
+                    // clock, as in simulation, never does while a task is ready).
+                    Some(Duration::from_secs_f64(-state.tokens / state.rate_bytes_per_s).max(MIN_WAIT))
                 } else {
                     Some(Duration::MAX)
                 }

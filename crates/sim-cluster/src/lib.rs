@@ -46,7 +46,7 @@ mod workload;
 use std::time::Duration;
 
 pub use scenarios::Scenario;
-pub use trace::Trace;
+pub use trace::{print_live, Trace};
 
 /// The shape of a simulated run.
 #[derive(Debug, Clone)]

@@ -3,7 +3,17 @@
 //! are what a failing seed prints.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Whether every line is also printed as it is recorded: a run that never ends shows where it
+/// went round.
+static LIVE: AtomicBool = AtomicBool::new(false);
+
+/// Prints every line of every run from now on as it is recorded (to stderr).
+pub fn print_live(live: bool) {
+    LIVE.store(live, Ordering::Relaxed);
+}
 
 /// The events of a run.
 #[derive(Debug, Default)]
@@ -28,7 +38,7 @@ impl Trace {
     /// Adds `text` at simulated time `at` to the lines only: the daemons' log, which the
     /// hash leaves out so that a run hashes alike whether it is logged or not.
     pub(crate) fn note(&mut self, at: Duration, text: &str) {
-        self.lines.push(format!("{:>10.3} ms  | {text}", at.as_secs_f64() * 1e3));
+        self.push(format!("{:>10.3} ms  | {text}", at.as_secs_f64() * 1e3));
     }
 
     /// Records `event` at simulated time `at`.
@@ -37,6 +47,13 @@ impl Trace {
         let _ = write!(line, "{:>10.3} ms  {event}", at.as_secs_f64() * 1e3);
         self.hash = fnv1a(self.hash, line.as_bytes());
         self.hash = fnv1a(self.hash, b"\n");
+        self.push(line);
+    }
+
+    fn push(&mut self, line: String) {
+        if LIVE.load(Ordering::Relaxed) {
+            eprintln!("{line}");
+        }
         self.lines.push(line);
     }
 

@@ -2,23 +2,66 @@
 //! check of `sim-cluster` must pass, and both runs must leave the same trace.
 //!
 //! `BASALT_SIM_SEEDS=N` runs N seeds (default 500) from `BASALT_SIM_FIRST` (default 1);
-//! `BASALT_SIM_SEED=S` runs seed S alone, and `BASALT_SIM_TRACE=1` prints its trace;
+//! `BASALT_SIM_SEED=S` runs seed S alone, and `BASALT_SIM_TRACE=1` prints its trace
+//! (`BASALT_SIM_TRACE=live`: each line as it is recorded, for a run that does not end);
 //! `BASALT_SIM_LOG=info` (or `debug`, `warn`...) adds the daemons' log to the trace.
 //! `BASALT_SIM_SCENARIO=NAME` plays a scripted scenario instead of drawn faults
 //! (`sim_cluster::Scenario::ALL`), and `BASALT_SIM_PLANT=NAME` plants a known bug
 //! (`osd::planted::PlantedBug::ALL`), to replay what `scenarios.rs` or `mutations.rs` found.
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use osd::planted::PlantedBug;
 use sim_cluster::{run, run_twice, Scenario, SimOptions};
 
 /// Seeds that once failed, kept with what they found.
-const REGRESSIONS: [(u64, &str); 3] = [
+const REGRESSIONS: [(u64, &str); 5] = [
     (268, "an OSD restarted after its drive failed reaped the requests of the process before it"),
     (315, "a primary whose copy rotted answered a client Corrupt while a member was down"),
     (376, "a primary's drive failed three reads in a row and the client saw the error"),
+    (9764, "a primary whose own write failed minted that version again: the secondaries took the next write for a retry and skipped it"),
+    (57656, "the pacer slept for less than a timer tick and spun, which a paused clock never ends"),
 ];
+
+/// How long one seed may take in wall time before the run is taken for a livelock: a task that
+/// never waits keeps the paused clock from moving, and the run would never end.
+const SEED_WALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// Ends the process with the seed's replay command if a seed runs past [`SEED_WALL_LIMIT`].
+struct Watchdog {
+    epoch: Instant,
+    /// The seed running (0: none) and when it started, in ms since `epoch`.
+    current: Arc<(AtomicU64, AtomicU64)>,
+}
+
+impl Watchdog {
+    fn start() -> Watchdog {
+        let watchdog = Watchdog { epoch: Instant::now(), current: Arc::new((AtomicU64::new(0), AtomicU64::new(0))) };
+        let (epoch, current) = (watchdog.epoch, watchdog.current.clone());
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(5));
+            let seed = current.0.load(Ordering::Relaxed);
+            let started = Duration::from_millis(current.1.load(Ordering::Relaxed));
+            let running = epoch.elapsed().saturating_sub(started);
+            if seed != 0 && running > SEED_WALL_LIMIT {
+                eprintln!(
+                    "seed {seed} has run for {running:?} of wall time: a task that never waits keeps the simulated clock from moving (a livelock)\nreplay: BASALT_SIM_SEED={seed} BASALT_SIM_TRACE=live BASALT_SIM_LOG=info cargo test --release -p sim-cluster --test seeds"
+                );
+                std::process::exit(101);
+            }
+        });
+        watchdog
+    }
+
+    /// `seed` starts now.
+    fn watch(&self, seed: u64) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.current.1.store(now, Ordering::Relaxed);
+        self.current.0.store(seed, Ordering::Relaxed);
+    }
+}
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|value| value.parse().unwrap_or_else(|_| panic!("{name}={value} is not a number")))
@@ -55,14 +98,19 @@ fn seeds_pass_and_replay_alike() {
             (first..first + env_u64("BASALT_SIM_SEEDS").unwrap_or(500)).collect()
         }
     };
-    if std::env::var_os("BASALT_SIM_TRACE").is_some() {
+    if std::env::var("BASALT_SIM_TRACE").as_deref() == Ok("live") {
+        // Every line as it happens, for a run that does not end.
+        sim_cluster::print_live(true);
+    } else if std::env::var_os("BASALT_SIM_TRACE").is_some() {
         for line in run(seeds[0], &options).trace.lines() {
             println!("{line}");
         }
     }
     let started = Instant::now();
-    let mut simulated = std::time::Duration::ZERO;
+    let mut simulated = Duration::ZERO;
+    let watchdog = Watchdog::start();
     for (done, &seed) in seeds.iter().enumerate() {
+        watchdog.watch(seed);
         match run_twice(seed, &options) {
             Ok(outcome) => simulated += outcome.simulated,
             Err(failure) => panic!("{failure}"),
@@ -82,7 +130,9 @@ fn seeds_pass_and_replay_alike() {
 
 #[test]
 fn seeds_that_once_failed_pass() {
+    let watchdog = Watchdog::start();
     for (seed, found) in REGRESSIONS {
+        watchdog.watch(seed);
         if let Err(failure) = run_twice(seed, &SimOptions::default()) {
             panic!("regression seed {seed} ({found}):\n{failure}");
         }

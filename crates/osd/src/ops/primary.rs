@@ -233,6 +233,12 @@ impl Osd {
         } else {
             futures_util::future::join(local, remotes).await
         };
+        if local.is_err() {
+            // The secondaries may hold this version now, with contents this OSD does not: the
+            // next write must mint above it, or they would take it for a retry of this one and
+            // skip it.
+            state.with_active(|active| active.raise_floor(object, version));
+        }
         local?;
         // The object's queue kept every other write out: what the engine holds now is what this
         // op minted, and the version every secondary was sent (a delete's version stays until
