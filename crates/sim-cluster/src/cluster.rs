@@ -102,7 +102,7 @@ pub(crate) struct Nodes {
     store: Arc<dyn MetaStore>,
     pub(crate) store_faults: StoreFaults,
     /// The OSDs' lease.
-    lease: Duration,
+    pub(crate) lease: Duration,
     /// How clients and OSDs report an OSD gone to the mon.
     pub(crate) reporter: SimDownReporter,
     /// The mon, while it runs.

@@ -128,7 +128,7 @@ async fn kill_primary(stage: &Stage<'_>) -> Result<(), String> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     stage.nodes.restart(victim);
     wait_for(stage, "every OSD up", |map| map.live.len() == stage.nodes.count()).await?;
-    crate::settle::wait_until_clean(stage.store, stage.run).await;
+    crate::settle::wait_until_clean(stage.store, stage.nodes.count(), stage.nodes.lease, stage.run).await;
     // One interval record when a PG first writes without the OSD, one clean record once it
     // caught up: no record per I/O.
     let writes = stage.run.history_writes.get() - writes_before;

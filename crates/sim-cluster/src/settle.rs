@@ -16,19 +16,34 @@ use crate::cluster::Run;
 const SETTLE_DEADLINE: Duration = Duration::from_secs(120);
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Waits until every PG is clean on its target set; a violation if that takes too long.
-/// Returns whether they all became clean.
-pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, run: &Run) -> bool {
+/// Waits until every OSD is up and every PG clean on its target set, and still so a lease later
+/// (a lease that ran out just as the faults healed takes its OSD down only then); a violation if
+/// that takes too long. Returns whether they settled.
+pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, osds: usize, lease: Duration, run: &Run) -> bool {
     let started = Instant::now();
     let mut unsettled = Vec::new();
+    let mut clean_since: Option<Instant> = None;
     while started.elapsed() < SETTLE_DEADLINE {
-        unsettled = match SimNet::on_node("checker", pg_views(store)).await {
-            Ok(views) => views.into_iter().filter(|view| !is_settled(view)).map(describe).collect(),
+        unsettled = match SimNet::on_node("checker", pg_views_and_up(store)).await {
+            Ok((views, up)) => {
+                let mut unsettled: Vec<String> =
+                    views.into_iter().filter(|view| !is_settled(view)).map(describe).collect();
+                if up < osds {
+                    unsettled.push(format!("{up} of {osds} OSDs up"));
+                }
+                unsettled
+            }
             Err(error) => vec![error],
         };
-        if unsettled.is_empty() {
-            run.record(format_args!("every PG clean after {:?}", started.elapsed()));
-            return true;
+        if !unsettled.is_empty() {
+            clean_since = None;
+        } else if let Some(since) = clean_since {
+            if since.elapsed() > lease {
+                run.record(format_args!("every PG clean after {:?}", since - started));
+                return true;
+            }
+        } else {
+            clean_since = Some(Instant::now());
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
@@ -37,6 +52,13 @@ pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, run: &Run) -> b
         unsettled.join("; ")
     ));
     false
+}
+
+/// Every PG's view and how many OSDs are up.
+async fn pg_views_and_up(store: &Arc<dyn MetaStore>) -> Result<(Vec<PgView>, usize), String> {
+    let views = pg_views(store).await?;
+    let map = cluster_watch::load(store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))?;
+    Ok((views, map.live.len()))
 }
 
 fn is_settled(view: &PgView) -> bool {

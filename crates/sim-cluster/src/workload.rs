@@ -89,14 +89,17 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         return run.violation(format!("the clients did not finish within {CLIENTS_DEADLINE:?} (liveness)"));
     }
     // Nothing is in flight now: every block must read as its last acknowledged write (or one
-    // that failed after it), first with the OSD the faults left down still down (the pool
-    // serves with one copy gone), then with every OSD back.
+    // that failed after it), first with the OSD the faults left down or paused still so (the
+    // pool serves with one copy gone), then with every OSD back. Cuts heal first: a cut between
+    // two OSDs that both keep their leases stalls the PGs that need that link until it heals
+    // (no OSD reports a peer it cannot reach yet; docs/testing.md).
+    nodes.network.heal_all();
     final_reads(&volumes, run, "final").await;
     if options.faults || options.scenario.is_some() {
         faults::heal(nodes);
         final_reads(&volumes, run, "healed").await;
     }
-    if settle::wait_until_clean(store, run).await {
+    if settle::wait_until_clean(store, nodes.count(), options.osd_lease, run).await {
         let rotted = nodes.rotted.borrow().clone();
         replicas::check(store, options, rotted.as_deref(), run).await;
     }

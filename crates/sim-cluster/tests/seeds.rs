@@ -17,12 +17,14 @@ use osd::planted::PlantedBug;
 use sim_cluster::{run, run_twice, Scenario, SimOptions};
 
 /// Seeds that once failed, kept with what they found.
-const REGRESSIONS: [(u64, &str); 5] = [
+const REGRESSIONS: [(u64, &str); 7] = [
     (268, "an OSD restarted after its drive failed reaped the requests of the process before it"),
     (315, "a primary whose copy rotted answered a client Corrupt while a member was down"),
     (376, "a primary's drive failed three reads in a row and the client saw the error"),
     (9764, "a primary whose own write failed minted that version again: the secondaries took the next write for a retry and skipped it"),
     (57656, "the pacer slept for less than a timer tick and spun, which a paused clock never ends"),
+    (16390, "the settle check passed in the instant before a lease that lapsed during a heal took its OSD down"),
+    (63111, "the final reads waited for ever behind a one-way cut between two OSDs that both kept their leases"),
 ];
 
 /// How long one seed may take in wall time before the run is taken for a livelock: a task that
