@@ -161,7 +161,7 @@ async fn rolling_restarts(stage: &Stage<'_>) -> Result<(), String> {
         wait_for(stage, "the OSD back", |map| map.live.len() == stage.nodes.count()).await?;
         let deadline = Instant::now() + STATE_DEADLINE;
         loop {
-            let views = SimNet::on_node("checker", crate::settle::pg_views(stage.store)).await?;
+            let (views, _) = SimNet::on_node("checker", crate::settle::pg_views(stage.store)).await?;
             if views.iter().all(|view| view.state == "clean" || view.state == "recovering") {
                 break;
             }

@@ -24,7 +24,7 @@ pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, osds: usize, le
     let mut unsettled = Vec::new();
     let mut clean_since: Option<Instant> = None;
     while started.elapsed() < SETTLE_DEADLINE {
-        unsettled = match SimNet::on_node("checker", pg_views_and_up(store)).await {
+        unsettled = match SimNet::on_node("checker", pg_views(store)).await {
             Ok((views, up)) => {
                 let mut unsettled: Vec<String> =
                     views.into_iter().filter(|view| !is_settled(view)).map(describe).collect();
@@ -54,13 +54,6 @@ pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, osds: usize, le
     false
 }
 
-/// Every PG's view and how many OSDs are up.
-async fn pg_views_and_up(store: &Arc<dyn MetaStore>) -> Result<(Vec<PgView>, usize), String> {
-    let views = pg_views(store).await?;
-    let map = cluster_watch::load(store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))?;
-    Ok((views, map.live.len()))
-}
-
 fn is_settled(view: &PgView) -> bool {
     let mut acting = view.acting.clone();
     let mut target = view.target.clone();
@@ -73,8 +66,9 @@ fn describe(view: PgView) -> String {
     format!("{}.{} {} acting {:?} target {:?}", view.pool, view.pg, view.state, view.acting, view.target)
 }
 
-/// Every PG's view, from the map and the live OSDs' answers (one at a time, from this node).
-pub(crate) async fn pg_views(store: &Arc<dyn MetaStore>) -> Result<Vec<PgView>, String> {
+/// Every PG's view, from the map and the live OSDs' answers (one at a time, from this node),
+/// and how many OSDs are up.
+pub(crate) async fn pg_views(store: &Arc<dyn MetaStore>) -> Result<(Vec<PgView>, usize), String> {
     let map = cluster_watch::load(store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))?;
     let mut answers = OsdAnswers::default();
     for &osd in map.live.keys() {
@@ -91,5 +85,5 @@ pub(crate) async fn pg_views(store: &Arc<dyn MetaStore>) -> Result<Vec<PgView>, 
         }
         connection.close("asked");
     }
-    Ok(all_pg_views(&map, &answers))
+    Ok((all_pg_views(&map, &answers), map.live.len()))
 }
