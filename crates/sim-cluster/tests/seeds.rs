@@ -17,7 +17,7 @@ use osd::planted::PlantedBug;
 use sim_cluster::{run, run_twice, Scenario, SimOptions};
 
 /// Seeds that once failed, kept with what they found.
-const REGRESSIONS: [(u64, &str); 7] = [
+const REGRESSIONS: [(u64, &str); 8] = [
     (268, "an OSD restarted after its drive failed reaped the requests of the process before it"),
     (315, "a primary whose copy rotted answered a client Corrupt while a member was down"),
     (376, "a primary's drive failed three reads in a row and the client saw the error"),
@@ -25,6 +25,7 @@ const REGRESSIONS: [(u64, &str); 7] = [
     (57656, "the pacer slept for less than a timer tick and spun, which a paused clock never ends"),
     (16390, "the settle check passed in the instant before a lease that lapsed during a heal took its OSD down"),
     (63111, "the final reads waited for ever behind a one-way cut between two OSDs that both kept their leases"),
+    (27988, "a primary whose copy rotted sent it to a member catching up, failed, and retried for ever instead of sending another member's good copy"),
 ];
 
 /// How long one seed may take in wall time before the run is taken for a livelock: a task that

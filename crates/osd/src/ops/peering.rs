@@ -198,16 +198,20 @@ impl Osd {
         }
         // Itself first, from whoever holds each object's newest version, then the members that
         // must be complete before the PG serves.
+        // A copy that fails its checksums or its drive is taken from another member holding the
+        // same version.
         for need in plan.needs.get(&self.id).into_iter().flatten() {
             self.still_current(state)?;
-            let address = map.address(need.source).ok_or_else(|| format!("osd.{} went down", need.source))?;
-            self.pull(pg, state.epoch, need.source, address, need.object, need.version).await?;
+            let mut sources = vec![need.source];
+            sources.extend(holders(&listings, need, &[self.id, need.source]));
+            self.pull(pg, state.epoch, &sources, need.object, need.version).await?;
         }
         for &member in &plan.before_active[1..] {
             for need in &plan.needs[&member] {
                 self.still_current(state)?;
                 let address = map.address(member).ok_or_else(|| format!("osd.{member} went down"))?;
-                self.push(pg, state.epoch, member, address, need.object).await?;
+                let others = holders(&listings, need, &[self.id, member]);
+                self.push(pg, state.epoch, member, address, need.object, &others).await?;
             }
         }
         self.still_current(state)?;
@@ -335,10 +339,50 @@ impl Osd {
     }
 }
 
+/// The members, other than `except`, that listed `need`'s object at its version.
+fn holders(listings: &BTreeMap<u32, Listing>, need: &peering::Need, except: &[u32]) -> Vec<u32> {
+    listings
+        .iter()
+        .filter(|(osd, _)| !except.contains(osd))
+        .filter(|(_, listing)| {
+            listing
+                .binary_search_by_key(&need.object, |&(object, _)| object)
+                .is_ok_and(|index| listing[index].1 == need.version)
+        })
+        .map(|(&osd, _)| osd)
+        .collect()
+}
+
 /// The object after `object` in `(inode, stripe)` order.
 fn successor(object: ObjectId) -> Option<ObjectId> {
     match object.stripe.checked_add(1) {
         Some(stripe) => Some(ObjectId { inode: object.inode, stripe }),
         None => Some(ObjectId { inode: object.inode.checked_add(1)?, stripe: 0 }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(stripe: u64) -> ObjectId {
+        ObjectId { inode: 1, stripe }
+    }
+
+    #[test]
+    fn holders_are_the_other_members_listing_the_same_version() {
+        let listings: BTreeMap<u32, Listing> = [
+            (1, vec![(object(1), 5), (object(2), 7)]),
+            (2, vec![(object(2), 7)]),
+            (3, vec![(object(1), 4), (object(2), 7)]),
+            (4, vec![(object(2), 6)]),
+        ]
+        .into_iter()
+        .collect();
+        let need = peering::Need { object: object(2), version: 7, source: 1 };
+        assert_eq!(holders(&listings, &need, &[1]), vec![2, 3]);
+        assert_eq!(holders(&listings, &need, &[1, 2, 3]), Vec::<u32>::new());
+        let need = peering::Need { object: object(1), version: 5, source: 1 };
+        assert_eq!(holders(&listings, &need, &[2]), vec![1]);
     }
 }

@@ -41,26 +41,39 @@ impl Osd {
         }
     }
 
-    /// Copies `object` from `source` to this OSD, at the version the source holds (at least
-    /// `version`).
+    /// Copies `object` to this OSD from the first of `sources` that answers with a readable
+    /// copy at `version` or later (a source's copy may fail its checksums or its drive).
     pub(super) async fn pull(
         &self,
         pg: PgId,
         epoch: u64,
-        source: u32,
-        address: &str,
+        sources: &[u32],
         object: ObjectId,
         version: u64,
     ) -> Result<(), String> {
+        assert!(!sources.is_empty(), "a pull of {object} names no source");
         let _object = self.locks.write(object).await;
-        let (held, data) = self.read_member_copy(pg, epoch, source, address, object).await?;
-        if held < version {
-            return Err(format!("osd.{source} sent {object} at version {held:#x}; expected {version:#x} or later"));
+        let mut reasons = Vec::new();
+        for &source in sources {
+            let Some(address) = self.map.borrow().address(source).map(str::to_string) else {
+                reasons.push(format!("osd.{source} went down"));
+                continue;
+            };
+            match self.read_member_copy(pg, epoch, source, &address, object).await {
+                Ok((held, data)) if held >= version => return self.write_pulled(object, source, held, &data).await,
+                Ok((held, _)) => reasons
+                    .push(format!("osd.{source} sent {object} at version {held:#x}; expected {version:#x} or later")),
+                Err(reason) => reasons.push(reason),
+            }
         }
+        Err(reasons.join("; "))
+    }
+
+    async fn write_pulled(&self, object: ObjectId, source: u32, held: u64, data: &[u8]) -> Result<(), String> {
         let write = EngineRequest::WriteVersioned {
             object,
             offset_bytes: 0,
-            data: AlignedBuffer::from_slice(&data),
+            data: AlignedBuffer::from_slice(data),
             version: held,
         };
         match self.engine.submit(write).await {
@@ -70,7 +83,8 @@ impl Osd {
         }
     }
 
-    /// Copies `object`, whole, from this OSD to `member`.
+    /// Copies `object`, whole, from this OSD to `member`; `holders` are other members holding
+    /// the same version, for when this OSD's copy cannot be read.
     pub(super) async fn push(
         &self,
         pg: PgId,
@@ -78,9 +92,10 @@ impl Osd {
         member: u32,
         address: &str,
         object: ObjectId,
+        holders: &[u32],
     ) -> Result<(), String> {
         let _object = self.locks.write(object).await;
-        self.push_held(pg, epoch, member, address, object).await
+        self.push_held(pg, epoch, member, address, object, holders).await
     }
 
     /// [`Osd::push`] for a caller that holds the object's write queue.
@@ -91,9 +106,9 @@ impl Osd {
         member: u32,
         address: &str,
         object: ObjectId,
+        holders: &[u32],
     ) -> Result<(), String> {
-        let (version, data) =
-            self.read(object, 0, self.object_size_bytes).await.map_err(|error| format!("reading {object}: {error}"))?;
+        let (version, data) = self.copy_to_send(pg, epoch, object, holders).await?;
         let request = Request::SecWrite { pg, object, version, offset_bytes: 0, data };
         let reply = self.peers.call(member, address, epoch, request).await?;
         match reply.response {
@@ -106,6 +121,42 @@ impl Osd {
             }
             other => Err(format!("osd.{member} answered the copy of {object} with {other:?}")),
         }
+    }
+
+    /// The whole copy of `object` to send a member, and its version: this OSD's, or when that
+    /// cannot be read here (its checksums fail, or the drive fails the read), the first of
+    /// `holders` that answers with a readable copy at the same version. The copy here stays as
+    /// it is until a client's read or a scrub rewrites it from a good one (that needs the PG
+    /// active); a member must not wait for that to receive what it lacks.
+    async fn copy_to_send(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        object: ObjectId,
+        holders: &[u32],
+    ) -> Result<(u64, bytes::Bytes), String> {
+        let error = match self.read(object, 0, self.object_size_bytes).await {
+            Ok(copy) => return Ok(copy),
+            Err(error) if super::scrub::unreadable(&error) => error,
+            Err(error) => return Err(format!("reading {object}: {error}")),
+        };
+        let ours = self.engine.with(|engine| engine.object_version(object));
+        let mut reasons = vec![format!("reading {object}: {error}")];
+        for &holder in holders {
+            let Some(address) = self.map.borrow().address(holder).map(str::to_string) else {
+                reasons.push(format!("osd.{holder} went down"));
+                continue;
+            };
+            match self.read_member_copy(pg, epoch, holder, &address, object).await {
+                Ok((version, data)) if Some(version) == ours => {
+                    tracing::warn!(osd = self.id, pg = %pg, %object, %error, holder, "sending a member's copy of an object this osd cannot read");
+                    return Ok((version, data));
+                }
+                Ok((version, _)) => reasons.push(format!("osd.{holder} holds {object} at version {version:#x}")),
+                Err(reason) => reasons.push(reason),
+            }
+        }
+        Err(reasons.join("; "))
     }
 
     /// Rewrites `object`, whole, on every member at a new version above everything a member
@@ -292,7 +343,13 @@ impl Osd {
         if still_missing != Some(true) {
             return Ok(0);
         }
-        match self.push_held(pg, state.epoch, member, &address, object).await {
+        let holders: Vec<u32> = state
+            .with_active(|active| {
+                let lacking = active.missing_object(object);
+                active.acting.iter().copied().filter(|osd| *osd != self.id && !lacking.contains(osd)).collect()
+            })
+            .unwrap_or_default();
+        match self.push_held(pg, state.epoch, member, &address, object, &holders).await {
             Ok(()) => {}
             Err(reason) if reason.starts_with(REFUSED) => {
                 self.rewrite_held(state, object).await.map_err(|error| error.to_string())?;

@@ -305,7 +305,6 @@ impl Osd {
     }
 }
 
-/// Whether `error` is a copy failing its checksums.
 /// Why a repair did not rewrite an object.
 #[derive(Debug)]
 pub(super) enum RepairError {
