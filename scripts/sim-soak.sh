@@ -7,6 +7,7 @@
 #
 # Usage: scripts/sim-soak.sh [SEEDS] [FIRST]      (default 10000 from 1)
 #        JOBS=N LOGS=DIR scripts/sim-soak.sh ...
+#        BASALT_SIM_NBD=1 scripts/sim-soak.sh ...    (the clients through the NBD gateway)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-10000}

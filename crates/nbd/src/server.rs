@@ -178,11 +178,16 @@ impl<X: Exports> Server<X> {
                 self.serve_connection(reader, writer, &peer).await
             }
         };
-        match result {
-            Ok(()) => tracing::debug!(%peer, "connection closed"),
-            Err(ConnectionError::Io(error)) => tracing::debug!(%peer, %error, "connection ended by a socket error"),
-            Err(error) => tracing::warn!(%peer, %error, "closing connection"),
-        }
+        log_end(&peer, result);
+    }
+
+    /// Serves one connection its caller accepted, on any byte stream, until it ends: what the
+    /// whole-cluster simulation does with the streams of its network, accepting them in the
+    /// gateway node's own tasks (`crates/sim-cluster`). [`Server::shutdown`] ends it as it ends
+    /// a serve loop's connections.
+    pub async fn serve_stream<S: AsyncRead + AsyncWrite>(&self, stream: S, peer: &str) {
+        let (reader, writer) = tokio::io::split(stream);
+        log_end(peer, self.serve_connection(reader, writer, peer).await);
     }
 
     /// Serves one connection: the handshake, then the transmission phase.
@@ -286,6 +291,14 @@ impl<X: Exports> Server<X> {
         let created = Arc::new(RangeLocks::default());
         locks.insert(name.to_string(), Arc::downgrade(&created));
         created
+    }
+}
+
+fn log_end(peer: &str, result: Result<(), ConnectionError>) {
+    match result {
+        Ok(()) => tracing::debug!(%peer, "connection closed"),
+        Err(ConnectionError::Io(error)) => tracing::debug!(%peer, %error, "connection ended by a socket error"),
+        Err(error) => tracing::warn!(%peer, %error, "closing connection"),
     }
 }
 

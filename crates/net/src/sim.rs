@@ -265,13 +265,8 @@ impl SimNet {
         state.pipes.push(Arc::downgrade(&inbound));
         let client_name = format!("{from}#{}", state.connections);
         drop(state);
-        let client = SimStream {
-            network: self.clone(),
-            peer: format!("{SIM_PREFIX}{name}"),
-            inbound: inbound.clone(),
-            outbound: outbound.clone(),
-        };
-        let server = SimStream { network: self.clone(), peer: client_name, inbound: outbound, outbound: inbound };
+        let client = SimStream::new(self.clone(), format!("{SIM_PREFIX}{name}"), inbound.clone(), outbound.clone());
+        let server = SimStream::new(self.clone(), client_name, outbound, inbound);
         let mut backlog = listener.state.lock().expect("listener lock");
         if backlog.closed {
             return Some(Err(io::Error::new(io::ErrorKind::ConnectionRefused, format!("{SIM_PREFIX}{name} closed"))));
@@ -448,13 +443,21 @@ impl PipeState {
     }
 }
 
-/// One end of a simulated stream.
+/// One end of a simulated stream. It is also an `AsyncRead` and `AsyncWrite`, for protocols
+/// that read and write through those (the NBD gateway's).
 pub struct SimStream {
     network: SimNet,
     peer: String,
     inbound: Arc<Pipe>,
     outbound: Arc<Pipe>,
+    /// The wait of a `poll_read` that found nothing to read, kept across polls (in a mutex
+    /// only so the stream stays `Sync`; polls reach it through `&mut`).
+    read_wait: Mutex<Option<Wait>>,
+    /// The wait of a `poll_write` that found the pipe full.
+    write_wait: Mutex<Option<Wait>>,
 }
+
+type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl std::fmt::Debug for SimStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -467,55 +470,24 @@ fn reset_error() -> io::Error {
 }
 
 impl SimStream {
+    fn new(network: SimNet, peer: String, inbound: Arc<Pipe>, outbound: Arc<Pipe>) -> SimStream {
+        SimStream { network, peer, inbound, outbound, read_wait: Mutex::new(None), write_wait: Mutex::new(None) }
+    }
+
     pub fn peer_name(&self) -> String {
         self.peer.clone()
     }
 
     /// Waits until a read would return bytes, the end, or an error.
     pub(crate) async fn readable(&self) -> io::Result<()> {
-        loop {
-            let changed = self.inbound.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let next = {
-                let state = self.inbound.lock();
-                if state.reset || state.read_closed {
-                    return Ok(());
-                }
-                match state.segments.front() {
-                    Some(Segment { arrives: Some(at), .. }) if *at <= Instant::now() => return Ok(()),
-                    Some(Segment { arrives, .. }) => *arrives,
-                    None if state.ended => return Ok(()),
-                    None => None,
-                }
-            };
-            match next {
-                Some(at) => {
-                    tokio::select! {
-                        biased;
-                        () = &mut changed => {}
-                        () = tokio::time::sleep_until(at) => {}
-                    }
-                }
-                None => changed.await,
-            }
-        }
+        wait_readable(&self.inbound).await;
+        Ok(())
     }
 
     /// Waits until a write would take bytes or fail.
     pub(crate) async fn writable(&self) -> io::Result<()> {
-        loop {
-            let changed = self.outbound.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            {
-                let state = self.outbound.lock();
-                if state.reset || state.ended || state.bytes < PIPE_BYTES_MAX {
-                    return Ok(());
-                }
-            }
-            changed.await;
-        }
+        wait_writable(&self.outbound).await;
+        Ok(())
     }
 
     pub(crate) fn try_read(&self, buffer: &mut [u8]) -> io::Result<usize> {
@@ -599,6 +571,119 @@ impl SimStream {
         self.inbound.lock().read_closed = true;
         self.inbound.changed.notify_waiters();
         Ok(())
+    }
+}
+
+/// Waits until a read of `pipe` would return bytes, the end, or an error.
+async fn wait_readable(pipe: &Pipe) {
+    loop {
+        let changed = pipe.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let next = {
+            let state = pipe.lock();
+            if state.reset || state.read_closed {
+                return;
+            }
+            match state.segments.front() {
+                Some(Segment { arrives: Some(at), .. }) if *at <= Instant::now() => return,
+                Some(Segment { arrives, .. }) => *arrives,
+                None if state.ended => return,
+                None => None,
+            }
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    biased;
+                    () = &mut changed => {}
+                    () = tokio::time::sleep_until(at) => {}
+                }
+            }
+            None => changed.await,
+        }
+    }
+}
+
+/// Waits until a write to `pipe` would take bytes or fail.
+async fn wait_writable(pipe: &Pipe) {
+    loop {
+        let changed = pipe.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        {
+            let state = pipe.lock();
+            if state.reset || state.ended || state.bytes < PIPE_BYTES_MAX {
+                return;
+            }
+        }
+        changed.await;
+    }
+}
+
+/// Polls the wait kept in `slot`, starting it with `start` if none is kept; clears it once done.
+fn poll_wait(slot: &mut Mutex<Option<Wait>>, cx: &mut Context<'_>, start: impl FnOnce() -> Wait) -> Poll<()> {
+    let slot = slot.get_mut().expect("a wait's lock is never held across a panic");
+    let wait = slot.get_or_insert_with(start);
+    let done = wait.as_mut().poll(cx);
+    if done.is_ready() {
+        *slot = None;
+    }
+    done
+}
+
+impl tokio::io::AsyncRead for SimStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buffer: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            match self.try_read(buffer.initialize_unfilled()) {
+                Ok(read) => {
+                    buffer.advance(read);
+                    *self.read_wait.get_mut().expect("a wait's lock is never held across a panic") = None;
+                    return Poll::Ready(Ok(()));
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) => return Poll::Ready(Err(error)),
+            }
+            let pipe = self.inbound.clone();
+            std::task::ready!(poll_wait(&mut self.read_wait, cx, || Box::pin(
+                async move { wait_readable(&pipe).await }
+            )));
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for SimStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
+        loop {
+            match self.try_write(bytes) {
+                Ok(written) => {
+                    *self.write_wait.get_mut().expect("a wait's lock is never held across a panic") = None;
+                    return Poll::Ready(Ok(written));
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) => return Poll::Ready(Err(error)),
+            }
+            let pipe = self.outbound.clone();
+            std::task::ready!(poll_wait(&mut self.write_wait, cx, || Box::pin(
+                async move { wait_writable(&pipe).await }
+            )));
+        }
+    }
+
+    /// Written bytes are on their way at once: nothing to flush.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    /// Ends the writing direction: the peer reads the end after what was sent.
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.outbound.lock().ended = true;
+        self.outbound.changed.notify_waiters();
+        Poll::Ready(Ok(()))
     }
 }
 

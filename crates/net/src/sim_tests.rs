@@ -125,3 +125,55 @@ async fn the_same_seed_gives_the_same_timings() {
     assert_eq!(first, timings(7).await);
     assert_ne!(first, timings(8).await);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_reads_and_writes_through_tokio_io_with_cuts_and_resets() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let network = network(4);
+    let listener = network.listen("server", "sim:server").expect("the address is free");
+    // An echo server: what it reads it writes back, until the end.
+    tokio::spawn(async move {
+        let mut stream = listener.accept().await.expect("a connection");
+        let mut buffer = vec![0u8; 64 << 10];
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => stream.write_all(&buffer[..read]).await.expect("echoed"),
+            }
+        }
+        AsyncWriteExt::shutdown(&mut stream).await.expect("shut down");
+    });
+    let mut stream = SimNet::on_node("client", crate::sim::connect("sim:server")).await.expect("connect");
+    // More than the pipe holds, so both ends wait for room as well as for bytes.
+    let sent: Vec<u8> = (0..(9u32 << 20)).map(|index| (index % 251) as u8).collect();
+    let mut received = vec![0u8; sent.len()];
+    let (mut reader, mut writer) = tokio::io::split(&mut stream);
+    let write = async {
+        writer.write_all(&sent).await.expect("written");
+        writer.shutdown().await.expect("shut down");
+    };
+    let read = async { reader.read_exact(&mut received).await.expect("read back") };
+    tokio::join!(write, read);
+    assert!(received == sent, "the echo differs from what was sent");
+    let mut end = [0u8; 1];
+    assert_eq!(stream.read(&mut end).await.expect("the end"), 0);
+
+    // A cut holds the bytes; a kill resets the stream.
+    let listener = network.listen("server", "sim:other").expect("the address is free");
+    let mut stream = SimNet::on_node("client", crate::sim::connect("sim:other")).await.expect("connect");
+    let mut accepted = listener.accept().await.expect("a connection");
+    network.cut("client", "server");
+    stream.write_all(b"held").await.expect("written");
+    let mut held = [0u8; 4];
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), accepted.read_exact(&mut held)).await.is_err(),
+        "read across a cut"
+    );
+    network.heal_all();
+    accepted.read_exact(&mut held).await.expect("read after the heal");
+    assert_eq!(&held, b"held");
+    network.kill("server");
+    let error = stream.read(&mut held).await.expect_err("the peer was killed");
+    assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+    SimNet::uninstall();
+}

@@ -273,6 +273,9 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     let mut names: Vec<String> = osds.iter().map(|osd| osd.name.clone()).collect();
     names.extend(["client", "checker", STORE_NODE, MON_NODE].map(String::from));
     names.extend((0..options.clients).map(|index| format!("client{index}")));
+    if options.nbd {
+        names.push(crate::gateway::GATEWAY_NODE.to_string());
+    }
     let nodes = Rc::new(Nodes {
         network: network.clone(),
         store: store.clone(),

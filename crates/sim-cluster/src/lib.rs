@@ -13,6 +13,8 @@
 //!
 //! - `cluster.rs`: building the nodes and the pool.
 //! - `workload.rs`: the clients.
+//! - `gateway.rs`, `nbd_client.rs`: the NBD gateway as a node, and the clients' NBD connections
+//!   to it (`SimOptions::nbd`).
 //! - `faults.rs`: the faults drawn while the clients run (kills, pauses, cuts, disk faults,
 //!   store stalls, watch lag, clock skew), one at a time.
 //! - `node_store.rs`: the metadata store as each node reaches it, through the network's cuts.
@@ -33,8 +35,10 @@ mod clock;
 mod cluster;
 mod down_reports;
 mod faults;
+mod gateway;
 mod history;
 pub mod log;
+mod nbd_client;
 mod node_store;
 mod pause;
 mod replicas;
@@ -70,6 +74,9 @@ pub struct SimOptions {
     pub scenario: Option<Scenario>,
     /// A known bug planted in the OSDs, for the mutation checks.
     pub planted: Option<osd::planted::PlantedBug>,
+    /// Whether the clients reach their volumes through the NBD gateway (`gateway.rs`) instead
+    /// of the client library (the final reads and the checks use the library either way).
+    pub nbd: bool,
 }
 
 impl Default for SimOptions {
@@ -86,6 +93,7 @@ impl Default for SimOptions {
             faults: true,
             scenario: None,
             planted: None,
+            nbd: false,
         }
     }
 }
@@ -132,7 +140,7 @@ pub fn run(seed: u64, options: &SimOptions) -> Outcome {
     outcome
 }
 
-/// The command that replays `seed` of `options` (its scenario, its planted bug) with its trace
+/// The command that replays `seed` of `options` (its scenario, its planted bug, the gateway) with its trace
 /// and the daemons' log printed.
 pub fn replay_command(seed: u64, options: &SimOptions) -> String {
     let mut command = format!("BASALT_SIM_SEED={seed} BASALT_SIM_TRACE=1 BASALT_SIM_LOG=info");
@@ -141,6 +149,9 @@ pub fn replay_command(seed: u64, options: &SimOptions) -> String {
     }
     if let Some(bug) = options.planted {
         command.push_str(&format!(" BASALT_SIM_PLANT={}", bug.name()));
+    }
+    if options.nbd {
+        command.push_str(" BASALT_SIM_NBD=1");
     }
     command + " cargo test --release -p sim-cluster --test seeds"
 }

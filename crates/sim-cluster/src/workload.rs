@@ -2,6 +2,7 @@
 //! random volume (writes, reads, trims, zeroing), every reply checked against the history; at
 //! the end, every block touched is read once more (nothing acknowledged may be lost).
 
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::cluster::{derive, Nodes, Run};
+use crate::gateway;
 use crate::history::{contents, Address, BLOCK_BYTES};
+use crate::nbd_client::NbdClient;
 use crate::scenarios::{self, Stage};
 use crate::SimOptions;
 use crate::{faults, replicas, settle};
@@ -51,6 +54,7 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
             Err(error) => return run.violation(format!("volume {index} could not be opened: {error}")),
         }
     }
+    let gateway = options.nbd.then(|| gateway::start(&nodes.network, store.clone(), client_options(nodes), run));
     let faults = options.faults.then(|| tokio::task::spawn_local(faults::inject(derive(seed, 2), nodes.clone())));
     let mut clients = Vec::new();
     for index in 0..options.clients {
@@ -111,6 +115,9 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         let rotted = nodes.rotted.borrow().clone();
         replicas::check(store, options, rotted.as_deref(), run).await;
     }
+    if let Some(gateway) = gateway {
+        gateway.abort();
+    }
 }
 
 /// Reads every block touched, each checked against the history. Reads still waiting at
@@ -153,6 +160,17 @@ fn client_options(nodes: &Nodes) -> ClientOptions {
 }
 
 async fn one_client(seed: u64, index: usize, options: SimOptions, volumes: Vec<Rc<Volume>>, run: Rc<Run>) {
+    let who = format!("client{index}");
+    // Through the gateway: a connection to each volume's export.
+    let mut connections = Vec::new();
+    if options.nbd {
+        for volume in 0..volumes.len() {
+            match NbdClient::connect(gateway::GATEWAY_ADDRESS, &volume_name(volume)).await {
+                Ok(connection) => connections.push(connection),
+                Err(error) => return run.violation(format!("{who} could not open vol{volume} over nbd: {error}")),
+            }
+        }
+    }
     let mut rng = SmallRng::seed_from_u64(seed);
     for _ in 0..options.ops_per_client {
         let address = (rng.gen_range(0..volumes.len()), rng.gen_range(0..options.blocks_per_volume));
@@ -162,28 +180,79 @@ async fn one_client(seed: u64, index: usize, options: SimOptions, volumes: Vec<R
             90..=94 => Op::Trim,
             _ => Op::Zero,
         };
-        let who = format!("client{index}");
-        match op {
-            Op::Read => read(&volumes, address, &run, &who).await,
-            Op::Write | Op::Trim | Op::Zero => write(&volumes, address, op, &run, &who).await,
+        match (op, options.nbd) {
+            (Op::Read, false) => read(&volumes, address, &run, &who).await,
+            (Op::Read, true) => read_nbd(&mut connections, address, &run, &who).await,
+            (_, false) => write(&volumes, address, op, &run, &who).await,
+            (_, true) => write_nbd(&mut connections, address, op, &run, &who).await,
         }
         let pause = rng.gen_range(0..2_000);
         tokio::time::sleep(Duration::from_micros(pause)).await;
     }
+    // What an NBD client does before it disconnects.
+    for (volume, connection) in connections.iter_mut().enumerate() {
+        if let Err(error) = connection.flush().await {
+            run.violation(format!("{who}'s flush of vol{volume} over nbd failed: {error}"));
+        }
+    }
 }
 
 pub(crate) async fn write(volumes: &[Rc<Volume>], address: Address, op: Op, run: &Run, who: &str) {
-    let id = run.history.borrow_mut().write_started(address, !matches!(op, Op::Write));
-    run.record(format_args!("{who} {op:?} vol{} block {} as write {id}", address.0, address.1));
     let volume = &volumes[address.0];
     let offset = address.1 * BLOCK_BYTES as u64;
-    let result = match op {
-        Op::Write => volume.write(offset, Bytes::from(contents(address, id))).await,
-        Op::Trim => volume.trim(offset, BLOCK_BYTES as u64).await,
-        Op::Zero => volume.write_zeroes(offset, BLOCK_BYTES as u64).await,
-        Op::Read => unreachable!("not a write"),
-    };
-    match result {
+    checked_write(address, op, run, who, |data| async move {
+        let result = match (op, data) {
+            (Op::Write, Some(data)) => volume.write(offset, data).await,
+            (Op::Trim, _) => volume.trim(offset, BLOCK_BYTES as u64).await,
+            (Op::Zero, _) => volume.write_zeroes(offset, BLOCK_BYTES as u64).await,
+            other => unreachable!("not a write: {other:?}"),
+        };
+        result.map_err(|error| error.to_string())
+    })
+    .await;
+}
+
+pub(crate) async fn read(volumes: &[Rc<Volume>], address: Address, run: &Run, who: &str) {
+    let offset = address.1 * BLOCK_BYTES as u64;
+    let volume = &volumes[address.0];
+    checked_read(address, run, who, || async move {
+        volume.read(offset, BLOCK_BYTES as u32).await.map_err(|error| error.to_string())
+    })
+    .await;
+}
+
+/// [`write`] through the gateway, on the client's connection to the block's volume.
+async fn write_nbd(connections: &mut [NbdClient], address: Address, op: Op, run: &Run, who: &str) {
+    let connection = &mut connections[address.0];
+    let offset = address.1 * BLOCK_BYTES as u64;
+    checked_write(address, op, run, who, |data| async move {
+        match (op, data) {
+            (Op::Write, Some(data)) => connection.write(offset, &data).await,
+            (Op::Trim, _) => connection.trim(offset, BLOCK_BYTES as u32).await,
+            (Op::Zero, _) => connection.write_zeroes(offset, BLOCK_BYTES as u32).await,
+            other => unreachable!("not a write: {other:?}"),
+        }
+    })
+    .await;
+}
+
+/// [`read`] through the gateway.
+async fn read_nbd(connections: &mut [NbdClient], address: Address, run: &Run, who: &str) {
+    let connection = &mut connections[address.0];
+    let offset = address.1 * BLOCK_BYTES as u64;
+    checked_read(address, run, who, || async move { connection.read(offset, BLOCK_BYTES as u32).await }).await;
+}
+
+/// Makes a write (`perform` gets a `Write`'s unique contents) and records it in the history:
+/// started, then acknowledged or failed.
+async fn checked_write<F>(address: Address, op: Op, run: &Run, who: &str, perform: impl FnOnce(Option<Bytes>) -> F)
+where
+    F: Future<Output = Result<(), String>>,
+{
+    let id = run.history.borrow_mut().write_started(address, !matches!(op, Op::Write));
+    run.record(format_args!("{who} {op:?} vol{} block {} as write {id}", address.0, address.1));
+    let data = matches!(op, Op::Write).then(|| Bytes::from(contents(address, id)));
+    match perform(data).await {
         Ok(()) => {
             run.history.borrow_mut().write_acknowledged(address, id);
             run.record(format_args!("{who} write {id} acknowledged"));
@@ -196,10 +265,13 @@ pub(crate) async fn write(volumes: &[Rc<Volume>], address: Address, op: Op, run:
     }
 }
 
-pub(crate) async fn read(volumes: &[Rc<Volume>], address: Address, run: &Run, who: &str) {
+/// Makes a read and checks what it returns against the history.
+async fn checked_read<F>(address: Address, run: &Run, who: &str, perform: impl FnOnce() -> F)
+where
+    F: Future<Output = Result<Bytes, String>>,
+{
     let start = run.history.borrow_mut().tick();
-    let offset = address.1 * BLOCK_BYTES as u64;
-    match volumes[address.0].read(offset, BLOCK_BYTES as u32).await {
+    match perform().await {
         Ok(data) => {
             let checked = run.history.borrow_mut().check_read(address, start, &data);
             match checked {

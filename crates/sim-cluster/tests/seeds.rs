@@ -8,6 +8,7 @@
 //! `BASALT_SIM_SCENARIO=NAME` plays a scripted scenario instead of drawn faults
 //! (`sim_cluster::Scenario::ALL`), and `BASALT_SIM_PLANT=NAME` plants a known bug
 //! (`osd::planted::PlantedBug::ALL`), to replay what `scenarios.rs` or `mutations.rs` found.
+//! `BASALT_SIM_NBD=1` sends the clients through the NBD gateway (`gateway.rs` runs those seeds).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -87,8 +88,13 @@ fn options_from_env() -> SimOptions {
             panic!("BASALT_SIM_PLANT={name}: the planted bugs are {}", known.join(", "))
         })
     });
+    let nbd = match std::env::var("BASALT_SIM_NBD").as_deref() {
+        Err(_) | Ok("0") => false,
+        Ok("1") => true,
+        Ok(other) => panic!("BASALT_SIM_NBD={other}: 1 (clients through the NBD gateway) or 0"),
+    };
     let options = scenario.map_or_else(SimOptions::default, Scenario::options);
-    SimOptions { planted, ..options }
+    SimOptions { planted, nbd, ..options }
 }
 
 #[test]
