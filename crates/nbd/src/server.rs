@@ -183,8 +183,9 @@ impl<X: Exports> Server<X> {
 
     /// Serves one connection its caller accepted, on any byte stream, until it ends: what the
     /// whole-cluster simulation does with the streams of its network, accepting them in the
-    /// gateway node's own tasks (`crates/sim-cluster`). [`Server::shutdown`] ends it as it ends
-    /// a serve loop's connections.
+    /// gateway node's own tasks (`crates/sim-cluster`). [`Server::shutdown`] stops it reading
+    /// requests as it does a serve loop's connections; dropping a connection still busy after
+    /// the grace period is the caller's to do.
     pub async fn serve_stream<S: AsyncRead + AsyncWrite>(&self, stream: S, peer: &str) {
         let (reader, writer) = tokio::io::split(stream);
         log_end(peer, self.serve_connection(reader, writer, peer).await);

@@ -638,6 +638,9 @@ impl tokio::io::AsyncRead for SimStream {
         cx: &mut Context<'_>,
         buffer: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if buffer.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
         loop {
             match self.try_read(buffer.initialize_unfilled()) {
                 Ok(read) => {
@@ -658,6 +661,9 @@ impl tokio::io::AsyncRead for SimStream {
 
 impl tokio::io::AsyncWrite for SimStream {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
+        if bytes.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
         loop {
             match self.try_write(bytes) {
                 Ok(written) => {

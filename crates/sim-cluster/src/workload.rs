@@ -90,6 +90,9 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         let _ = faults.await;
     }
     if finished.is_err() {
+        if let Some(gateway) = gateway {
+            gateway.abort();
+        }
         return run.violation(format!("the clients did not finish within {CLIENTS_DEADLINE:?} (liveness)"));
     }
     // Nothing is in flight now: every block must read as its last acknowledged write (or one
@@ -99,8 +102,10 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     // (no OSD reports a peer it cannot reach yet; docs/testing.md).
     nodes.network.heal_all();
     match two_copies_impaired(nodes) {
-        // An object whose one other copy rotted has no readable copy up: its PG waits for the
-        // OSD to come back, as it must (no read may return older data than a write it lost).
+        // An object whose copy on the down OSD is its only good one (the rotted copy fails its
+        // checksums, the third may be one still catching up) has no readable copy up: its PG
+        // waits for the OSD, as it must. The flipped bits may have been repaired meanwhile; the
+        // healed reads below are bounded either way.
         Some(why) => {
             run.record(format_args!("the final reads may wait for the heal: {why}"));
             final_reads(&volumes, run, "final", false).await;

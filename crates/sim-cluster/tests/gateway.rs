@@ -17,6 +17,6 @@ fn seeds_through_the_nbd_gateway_pass_and_replay_alike() {
             Err(failure) => panic!("through the gateway: {failure}"),
         }
     }
-    // Every client's every op went over NBD: the runs did work.
+    // The runs did work (the count includes the final reads, which go through the library).
     assert!(ops >= seeds * 3 * 200, "{ops} ops in {seeds} seeds");
 }

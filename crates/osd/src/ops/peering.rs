@@ -200,17 +200,18 @@ impl Osd {
         // must be complete before the PG serves.
         // A copy that fails its checksums or its drive is taken from another member holding the
         // same version.
+        let set_aside: Vec<u32> = plan.bad.iter().map(peering::BadListing::osd).collect();
         for need in plan.needs.get(&self.id).into_iter().flatten() {
             self.still_current(state)?;
             let mut sources = vec![need.source];
-            sources.extend(holders(&listings, need, &[self.id, need.source]));
+            sources.extend(holders(&listings, need, &[&[self.id, need.source], &set_aside[..]].concat()));
             self.pull(pg, state.epoch, &sources, need.object, need.version).await?;
         }
         for &member in &plan.before_active[1..] {
             for need in &plan.needs[&member] {
                 self.still_current(state)?;
                 let address = map.address(member).ok_or_else(|| format!("osd.{member} went down"))?;
-                let others = holders(&listings, need, &[self.id, member]);
+                let others = holders(&listings, need, &[&[self.id, member], &set_aside[..]].concat());
                 self.push(pg, state.epoch, member, address, need.object, &others).await?;
             }
         }

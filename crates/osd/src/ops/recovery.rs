@@ -162,14 +162,15 @@ impl Osd {
     /// Rewrites `object`, whole, on every member at a new version above everything a member
     /// may remember of it: for a copy a member refused because it remembers a newer version
     /// (a copy it deleted at one version above the one it held, `stray.rs`, or discarded in
-    /// peering). The caller holds the object's write queue.
-    pub(super) async fn rewrite_held(self: &Rc<Self>, state: &Rc<Pg>, object: ObjectId) -> Result<(), OpError> {
+    /// peering). `holders` are as for [`Osd::push`]. The caller holds the object's write queue.
+    async fn rewrite_held(self: &Rc<Self>, state: &Rc<Pg>, object: ObjectId, holders: &[u32]) -> Result<(), String> {
         let known = self.engine.with(|engine| engine.object_version(object)).unwrap_or(0);
         // A member deleted a copy it held at most at the PG's newest version, one above it.
         state.with_active(|active| active.raise_floor(object, known + 1));
-        let data = self.read(object, 0, self.object_size_bytes).await?.1;
+        let data = self.copy_to_send(state.id, state.epoch, object, holders).await?.1;
         tracing::info!(osd = self.id, pg = %state.id, %object, "rewriting an object a member refused at its version");
-        Box::pin(self.replicate_held(state, object, super::primary::Mutation::Write { offset_bytes: 0, data })).await
+        let mutation = super::primary::Mutation::Write { offset_bytes: 0, data };
+        Box::pin(self.replicate_held(state, object, mutation)).await.map_err(|error| error.to_string())
     }
 
     /// Deletes `member`'s copy of `object`, held at version `held`, with a version just above it:
@@ -343,16 +344,11 @@ impl Osd {
         if still_missing != Some(true) {
             return Ok(0);
         }
-        let holders: Vec<u32> = state
-            .with_active(|active| {
-                let lacking = active.missing_object(object);
-                active.acting.iter().copied().filter(|osd| *osd != self.id && !lacking.contains(osd)).collect()
-            })
-            .unwrap_or_default();
+        let holders = state.with_active(|active| holding_members(active, self.id, object)).unwrap_or_default();
         match self.push_held(pg, state.epoch, member, &address, object, &holders).await {
             Ok(()) => {}
             Err(reason) if reason.starts_with(REFUSED) => {
-                self.rewrite_held(state, object).await.map_err(|error| error.to_string())?;
+                self.rewrite_held(state, object, &holders).await?;
             }
             Err(reason) => return Err(reason),
         }
@@ -391,6 +387,13 @@ fn next_copy(active: &Active, copying: &BTreeSet<(u32, ObjectId)>) -> Option<(u3
     active.missing.iter().find_map(|(&member, objects)| {
         objects.keys().map(|&object| (member, object)).find(|copy| !copying.contains(copy))
     })
+}
+
+/// The acting members other than `primary` that hold `object` at the version the primary does:
+/// every one not recorded as lacking it (members are listed before anything is copied to them).
+fn holding_members(active: &Active, primary: u32, object: ObjectId) -> Vec<u32> {
+    let lacking = active.missing_object(object);
+    active.acting.iter().copied().filter(|osd| *osd != primary && !lacking.contains(osd)).collect()
 }
 
 /// `member` holds `object` now.
