@@ -143,7 +143,16 @@ pub fn run(seed: u64, options: &SimOptions) -> Outcome {
 /// The command that replays `seed` of `options` (its scenario, its planted bug, the gateway) with its trace
 /// and the daemons' log printed.
 pub fn replay_command(seed: u64, options: &SimOptions) -> String {
-    let mut command = format!("BASALT_SIM_SEED={seed} BASALT_SIM_TRACE=1 BASALT_SIM_LOG=info");
+    replay_with_trace(seed, options, "1")
+}
+
+/// [`replay_command`] printing each trace line as it is recorded, for a run that never ends.
+pub fn live_replay_command(seed: u64, options: &SimOptions) -> String {
+    replay_with_trace(seed, options, "live")
+}
+
+fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
+    let mut command = format!("BASALT_SIM_SEED={seed} BASALT_SIM_TRACE={trace} BASALT_SIM_LOG=info");
     if let Some(scenario) = options.scenario {
         command.push_str(&format!(" BASALT_SIM_SCENARIO={}", scenario.name()));
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use osd::planted::PlantedBug;
-use sim_cluster::{run, run_twice, Scenario, SimOptions};
+use sim_cluster::{live_replay_command, run, run_twice, Scenario, SimOptions};
 
 /// Seeds that once failed, kept with what they found.
 const REGRESSIONS: [(u64, &str); 8] = [
@@ -41,8 +41,9 @@ struct Watchdog {
 }
 
 impl Watchdog {
-    fn start() -> Watchdog {
+    fn start(options: &SimOptions) -> Watchdog {
         let watchdog = Watchdog { epoch: Instant::now(), current: Arc::new((AtomicU64::new(0), AtomicU64::new(0))) };
+        let options = options.clone();
         let (epoch, current) = (watchdog.epoch, watchdog.current.clone());
         std::thread::spawn(move || loop {
             std::thread::sleep(Duration::from_secs(5));
@@ -51,7 +52,8 @@ impl Watchdog {
             let running = epoch.elapsed().saturating_sub(started);
             if seed != 0 && running > SEED_WALL_LIMIT {
                 eprintln!(
-                    "seed {seed} has run for {running:?} of wall time: a task that never waits keeps the simulated clock from moving (a livelock)\nreplay: BASALT_SIM_SEED={seed} BASALT_SIM_TRACE=live BASALT_SIM_LOG=info cargo test --release -p sim-cluster --test seeds"
+                    "seed {seed} has run for {running:?} of wall time: a task that never waits keeps the simulated clock from moving (a livelock)\nreplay: {}",
+                    live_replay_command(seed, &options)
                 );
                 std::process::exit(101);
             }
@@ -117,7 +119,7 @@ fn seeds_pass_and_replay_alike() {
     }
     let started = Instant::now();
     let mut simulated = Duration::ZERO;
-    let watchdog = Watchdog::start();
+    let watchdog = Watchdog::start(&options);
     for (done, &seed) in seeds.iter().enumerate() {
         watchdog.watch(seed);
         match run_twice(seed, &options) {
@@ -139,10 +141,11 @@ fn seeds_pass_and_replay_alike() {
 
 #[test]
 fn seeds_that_once_failed_pass() {
-    let watchdog = Watchdog::start();
+    let options = SimOptions::default();
+    let watchdog = Watchdog::start(&options);
     for (seed, found) in REGRESSIONS {
         watchdog.watch(seed);
-        if let Err(failure) = run_twice(seed, &SimOptions::default()) {
+        if let Err(failure) = run_twice(seed, &options) {
             panic!("regression seed {seed} ({found}):\n{failure}");
         }
     }

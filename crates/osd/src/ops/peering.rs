@@ -197,21 +197,20 @@ impl Osd {
             }
         }
         // Itself first, from whoever holds each object's newest version, then the members that
-        // must be complete before the PG serves.
-        // A copy that fails its checksums or its drive is taken from another member holding the
-        // same version.
-        let set_aside: Vec<u32> = plan.bad.iter().map(peering::BadListing::osd).collect();
+        // must be complete before the PG serves. A copy that fails its checksums or its drive is
+        // taken from another member holding the same version (never one whose list was set aside).
+        let skip: Vec<u32> = std::iter::once(self.id).chain(plan.bad.iter().map(peering::BadListing::osd)).collect();
         for need in plan.needs.get(&self.id).into_iter().flatten() {
             self.still_current(state)?;
             let mut sources = vec![need.source];
-            sources.extend(holders(&listings, need, &[&[self.id, need.source], &set_aside[..]].concat()));
+            sources.extend(holders(&listings, need, &skip, need.source));
             self.pull(pg, state.epoch, &sources, need.object, need.version).await?;
         }
         for &member in &plan.before_active[1..] {
             for need in &plan.needs[&member] {
                 self.still_current(state)?;
                 let address = map.address(member).ok_or_else(|| format!("osd.{member} went down"))?;
-                let others = holders(&listings, need, &[&[self.id, member], &set_aside[..]].concat());
+                let others = holders(&listings, need, &skip, member);
                 self.push(pg, state.epoch, member, address, need.object, &others).await?;
             }
         }
@@ -340,11 +339,11 @@ impl Osd {
     }
 }
 
-/// The members, other than `except`, that listed `need`'s object at its version.
-fn holders(listings: &BTreeMap<u32, Listing>, need: &peering::Need, except: &[u32]) -> Vec<u32> {
+/// The members, other than `skip` and `other`, that listed `need`'s object at its version.
+fn holders(listings: &BTreeMap<u32, Listing>, need: &peering::Need, skip: &[u32], other: u32) -> Vec<u32> {
     listings
         .iter()
-        .filter(|(osd, _)| !except.contains(osd))
+        .filter(|(osd, _)| **osd != other && !skip.contains(osd))
         .filter(|(_, listing)| {
             listing
                 .binary_search_by_key(&need.object, |&(object, _)| object)
@@ -381,9 +380,9 @@ mod tests {
         .into_iter()
         .collect();
         let need = peering::Need { object: object(2), version: 7, source: 1 };
-        assert_eq!(holders(&listings, &need, &[1]), vec![2, 3]);
-        assert_eq!(holders(&listings, &need, &[1, 2, 3]), Vec::<u32>::new());
+        assert_eq!(holders(&listings, &need, &[], 1), vec![2, 3]);
+        assert_eq!(holders(&listings, &need, &[1, 2], 3), Vec::<u32>::new());
         let need = peering::Need { object: object(1), version: 5, source: 1 };
-        assert_eq!(holders(&listings, &need, &[2]), vec![1]);
+        assert_eq!(holders(&listings, &need, &[2], 3), vec![1]);
     }
 }

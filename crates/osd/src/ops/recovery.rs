@@ -54,26 +54,15 @@ impl Osd {
         assert!(!sources.is_empty(), "a pull of {object} names no source");
         let _object = self.locks.write(object).await;
         let mut reasons = Vec::new();
-        for &source in sources {
-            let Some(address) = self.map.borrow().address(source).map(str::to_string) else {
-                reasons.push(format!("osd.{source} went down"));
-                continue;
-            };
-            match self.read_member_copy(pg, epoch, source, &address, object).await {
-                Ok((held, data)) if held >= version => return self.write_pulled(object, source, held, &data).await,
-                Ok((held, _)) => reasons
-                    .push(format!("osd.{source} sent {object} at version {held:#x}; expected {version:#x} or later")),
-                Err(reason) => reasons.push(reason),
-            }
-        }
-        Err(reasons.join("; "))
-    }
-
-    async fn write_pulled(&self, object: ObjectId, source: u32, held: u64, data: &[u8]) -> Result<(), String> {
+        let Some((source, held, data)) =
+            self.first_member_copy(pg, epoch, object, sources, |held| held >= version, &mut reasons).await
+        else {
+            return Err(reasons.join("; "));
+        };
         let write = EngineRequest::WriteVersioned {
             object,
             offset_bytes: 0,
-            data: AlignedBuffer::from_slice(data),
+            data: AlignedBuffer::from_slice(&data),
             version: held,
         };
         match self.engine.submit(write).await {
@@ -142,21 +131,39 @@ impl Osd {
         };
         let ours = self.engine.with(|engine| engine.object_version(object));
         let mut reasons = vec![format!("reading {object}: {error}")];
-        for &holder in holders {
-            let Some(address) = self.map.borrow().address(holder).map(str::to_string) else {
-                reasons.push(format!("osd.{holder} went down"));
+        match self.first_member_copy(pg, epoch, object, holders, |held| Some(held) == ours, &mut reasons).await {
+            Some((holder, version, data)) => {
+                tracing::warn!(osd = self.id, pg = %pg, %object, %error, holder, "sending a member's copy of an object this osd cannot read");
+                Ok((version, data))
+            }
+            None => Err(reasons.join("; ")),
+        }
+    }
+
+    /// The whole copy of `object` of the first of `members` that answers with one at a version
+    /// `wanted` takes: (member, version, data). Why each other member's did not do goes into
+    /// `reasons`.
+    async fn first_member_copy(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        object: ObjectId,
+        members: &[u32],
+        wanted: impl Fn(u64) -> bool,
+        reasons: &mut Vec<String>,
+    ) -> Option<(u32, u64, bytes::Bytes)> {
+        for &member in members {
+            let Some(address) = self.map.borrow().address(member).map(str::to_string) else {
+                reasons.push(format!("osd.{member} went down"));
                 continue;
             };
-            match self.read_member_copy(pg, epoch, holder, &address, object).await {
-                Ok((version, data)) if Some(version) == ours => {
-                    tracing::warn!(osd = self.id, pg = %pg, %object, %error, holder, "sending a member's copy of an object this osd cannot read");
-                    return Ok((version, data));
-                }
-                Ok((version, _)) => reasons.push(format!("osd.{holder} holds {object} at version {version:#x}")),
+            match self.read_member_copy(pg, epoch, member, &address, object).await {
+                Ok((version, data)) if wanted(version) => return Some((member, version, data)),
+                Ok((version, _)) => reasons.push(format!("osd.{member} holds {object} at version {version:#x}")),
                 Err(reason) => reasons.push(reason),
             }
         }
-        Err(reasons.join("; "))
+        None
     }
 
     /// Rewrites `object`, whole, on every member at a new version above everything a member
