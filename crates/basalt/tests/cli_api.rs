@@ -131,10 +131,16 @@ fn register_osds(meta: SocketAddr) {
                 capacity_bytes: 1 << 40,
                 out: false,
                 auto_out: false,
+                down_mark: None,
             };
             store.put(&keys::osd(id), encode(&osd), None).await.expect("put an osd");
-            let live =
-                OsdLiveRecord { version: 1, address: format!("127.0.0.1:{}", 6800 + id), incarnation: 1, local: None };
+            let live = OsdLiveRecord {
+                version: 1,
+                address: format!("127.0.0.1:{}", 6800 + id),
+                incarnation: 1,
+                local: None,
+                lease_ttl_s: 3,
+            };
             store.put(&keys::osd_live(id), encode(&live), None).await.expect("put a liveness key");
         }
     });

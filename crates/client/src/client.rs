@@ -41,6 +41,9 @@ pub(crate) struct ClientInner {
 /// The connection to one OSD at one address; the cell is empty until the first call connects.
 struct OsdConnection {
     address: String,
+    /// The OSD's incarnation when the connection was opened: a new one (the OSD restarted, or
+    /// ended its incarnation when the mon marked it down) will not answer what the old one was sent.
+    incarnation: Option<i64>,
     cell: Arc<OnceCell<Connection>>,
 }
 
@@ -153,7 +156,8 @@ impl Client {
                 // None yet, closed, or to an address the OSD has left.
                 _ => {
                     let cell = Arc::new(OnceCell::new());
-                    let entry = OsdConnection { address: address.to_string(), cell: cell.clone() };
+                    let incarnation = self.inner.map.borrow().live.get(&osd).map(|live| live.incarnation);
+                    let entry = OsdConnection { address: address.to_string(), incarnation, cell: cell.clone() };
                     if let Some(connection) =
                         connections.insert(osd, entry).and_then(|previous| previous.cell.get().cloned())
                     {
@@ -214,8 +218,10 @@ impl ClientInner {
     fn close_departed_osds(&self, map: &ClusterMap) {
         let mut connections = self.connections.lock().expect("connection table lock poisoned");
         connections.retain(|osd, entry| {
+            let incarnation = map.live.get(osd).map(|live| live.incarnation);
             let reason = match map.address(*osd) {
-                Some(address) if address == entry.address => return true,
+                Some(address) if address == entry.address && incarnation == entry.incarnation => return true,
+                Some(address) if address == entry.address => format!("osd.{osd} runs a new incarnation"),
                 Some(address) => format!("osd.{osd} moved to {address}"),
                 None => format!("osd.{osd} is no longer running (its liveness key is gone)"),
             };

@@ -137,8 +137,10 @@ mod tests {
         let mut map = ClusterMap::default();
         map.pg_tables.insert(1, PgTableRecord { version: 1, pool: 1, table_epoch: 1, pgs, targets: Vec::new() });
         for (osd, address) in live {
-            map.live
-                .insert(*osd, OsdLiveRecord { version: 1, address: address.to_string(), incarnation: 1, local: None });
+            map.live.insert(
+                *osd,
+                OsdLiveRecord { version: 1, address: address.to_string(), incarnation: 1, local: None, lease_ttl_s: 3 },
+            );
         }
         map
     }

@@ -203,7 +203,8 @@ impl Cluster {
     }
 
     async fn put_live(&self, id: u32, address: &str) {
-        let live = OsdLiveRecord { version: 1, address: address.to_string(), incarnation: 1, local: None };
+        let live =
+            OsdLiveRecord { version: 1, address: address.to_string(), incarnation: 1, local: None, lease_ttl_s: 3 };
         self.store.put(&keys::osd_live(id), encode(&live), None).await.unwrap();
     }
 

@@ -9,6 +9,7 @@ pub const POOLS_PREFIX: &str = "/basalt/config/pools/";
 pub const PGS_PREFIX: &str = "/basalt/config/pgs/";
 pub const OSDS_PREFIX: &str = "/basalt/osd/";
 pub const OSD_LIVE_PREFIX: &str = "/basalt/osd-live/";
+pub const PEER_REPORTS_PREFIX: &str = "/basalt/peer-reports/";
 pub const VOLUMES_PREFIX: &str = "/basalt/volumes/";
 pub const PG_HISTORY_PREFIX: &str = "/basalt/pg-history/";
 pub const MON_LEADER: &str = "/basalt/mon/leader";
@@ -30,6 +31,10 @@ pub fn osd(osd: u32) -> String {
 
 pub fn osd_live(osd: u32) -> String {
     format!("{OSD_LIVE_PREFIX}{osd}")
+}
+
+pub fn peer_report(osd: u32) -> String {
+    format!("{PEER_REPORTS_PREFIX}{osd}")
 }
 
 pub fn volume(name: &str) -> String {

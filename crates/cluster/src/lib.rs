@@ -18,7 +18,7 @@ pub mod records;
 pub use layout::{mint_version, object_pg, ObjectRef};
 pub use map::{ClusterMap, PgState};
 pub use records::{
-    machine_id, ClusterRecord, Counter, FailureDomainName, LeaderRecord, LocalSocket, OsdLiveRecord, OsdRecord,
-    PgHistoryRecord, PgScrubRecord, PgTableRecord, PoolRecord, RecordError, Redundancy, ScrubRequest,
-    ScrubRequestsRecord, SettingsRecord, VolumeRecord,
+    machine_id, ClusterRecord, Counter, DownMark, FailureDomainName, LeaderRecord, LocalSocket, OsdLiveRecord,
+    OsdRecord, PeerReportRecord, PgHistoryRecord, PgScrubRecord, PgTableRecord, PoolRecord, RecordError, Redundancy,
+    ReportedPeer, ScrubRequest, ScrubRequestsRecord, SettingsRecord, VolumeRecord,
 };

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use crate::keys;
 use crate::records::{
-    decode, machine_id, OsdLiveRecord, OsdRecord, PgTableRecord, PoolRecord, RecordError, ScrubRequestsRecord,
-    SettingsRecord, VolumeRecord,
+    decode, machine_id, OsdLiveRecord, OsdRecord, PeerReportRecord, PgTableRecord, PoolRecord, RecordError,
+    ScrubRequestsRecord, SettingsRecord, VolumeRecord,
 };
 
 /// One PG as the table publishes it.
@@ -35,6 +35,8 @@ pub struct ClusterMap {
     pub pg_tables: BTreeMap<u32, PgTableRecord>,
     pub osds: BTreeMap<u32, OsdRecord>,
     pub live: BTreeMap<u32, OsdLiveRecord>,
+    /// What each OSD reports of the peers it cannot reach (ADR 0015).
+    pub peer_reports: BTreeMap<u32, PeerReportRecord>,
     pub volumes: BTreeMap<String, VolumeRecord>,
     /// Defaults while the store has no settings record (or one that does not decode).
     pub settings: SettingsRecord,
@@ -87,6 +89,16 @@ impl ClusterMap {
         }
     }
 
+    /// Whether `osd` is up: registered, and not marked down on its peers' reports.
+    pub fn is_up(&self, osd: u32) -> bool {
+        self.live.contains_key(&osd) && !self.is_marked_down(osd)
+    }
+
+    /// Whether the mon marked `osd` down on its peers' reports and the mark is still active.
+    pub fn is_marked_down(&self, osd: u32) -> bool {
+        self.osds.get(&osd).and_then(|record| record.down_mark.as_ref()).is_some_and(|mark| mark.is_active())
+    }
+
     pub fn pool_by_name(&self, name: &str) -> Option<&PoolRecord> {
         self.pools.values().find(|pool| pool.name == name)
     }
@@ -116,6 +128,8 @@ impl ClusterMap {
             let result = set(&mut self.live, id, key, value);
             self.update_local_address(id);
             result
+        } else if let Some(id) = keys::id_after(keys::PEER_REPORTS_PREFIX, key) {
+            set(&mut self.peer_reports, id, key, value)
         } else if key == keys::SETTINGS {
             self.settings = SettingsRecord::default();
             if let Some(value) = value {
@@ -150,7 +164,8 @@ mod tests {
     use crate::records::LocalSocket;
 
     fn live(local: Option<LocalSocket>) -> Vec<u8> {
-        let record = OsdLiveRecord { version: 1, address: "127.0.0.2:6800".into(), incarnation: 3, local };
+        let record =
+            OsdLiveRecord { version: 1, address: "127.0.0.2:6800".into(), incarnation: 3, local, lease_ttl_s: 3 };
         serde_json::to_vec(&record).unwrap()
     }
 

@@ -186,6 +186,33 @@ pub struct OsdRecord {
     /// The mon marked it out because it stayed down; it comes back in when it is up again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub auto_out: bool,
+    /// The mon's last mark of it as down on its peers' reports (ADR 0015), kept once cleared
+    /// so that a mark soon after is held longer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_mark: Option<DownMark>,
+}
+
+/// The mon marked an OSD down because its peers could not reach it (ADR 0015): its lease was
+/// revoked and it takes no part in any PG while the mark is active, even once registered again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownMark {
+    /// The incarnation whose lease the mon revoked.
+    pub incarnation: i64,
+    pub since_unix_ms: u64,
+    /// That incarnation's lease TTL: it has surely stopped acknowledging ops a TTL after its
+    /// liveness key went. Until then (or until it registers again) its PGs keep it.
+    pub lease_ttl_s: u64,
+    /// The mark stays at least this long, and longer while reports about the OSD last.
+    pub hold_s: u64,
+    /// When the mon cleared it; `None` while active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleared_unix_ms: Option<u64>,
+}
+
+impl DownMark {
+    pub fn is_active(&self) -> bool {
+        self.cleared_unix_ms.is_none()
+    }
 }
 
 impl OsdRecord {
@@ -304,6 +331,43 @@ pub struct OsdLiveRecord {
     /// A Unix socket the OSD also serves on, for processes on its machine (ADR 0013).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<LocalSocket>,
+    /// The TTL of the lease the key is attached to; zero when not told (then the mon assumes
+    /// [`OsdLiveRecord::LEASE_TTL_UNKNOWN_S`]).
+    #[serde(default)]
+    pub lease_ttl_s: u64,
+}
+
+impl OsdLiveRecord {
+    /// The lease TTL assumed for a record that does not say: longer than any OSD is given.
+    pub const LEASE_TTL_UNKNOWN_S: u64 = 60;
+
+    pub fn lease_ttl_s(&self) -> u64 {
+        if self.lease_ttl_s == 0 {
+            Self::LEASE_TTL_UNKNOWN_S
+        } else {
+            self.lease_ttl_s
+        }
+    }
+}
+
+/// `/basalt/peer-reports/<osd>` (leased with the reporter's liveness lease, so it goes with the
+/// reporter): the peers this OSD shares PGs with that gave it no answer within the peer grace,
+/// or left one of its ops unanswered for twice that (ADR 0015). Rewritten when the set changes;
+/// an empty set deletes the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerReportRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    /// The reporter's incarnation.
+    pub incarnation: i64,
+    pub unreachable: Vec<ReportedPeer>,
+}
+
+/// One peer a report names, with the incarnation that was probed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ReportedPeer {
+    pub osd: u32,
+    pub incarnation: i64,
 }
 
 /// Where processes on an OSD's machine reach it without going through TCP.

@@ -38,7 +38,7 @@ pub fn decide(map: &ClusterMap, down_since: &BTreeMap<u32, SystemTime>, now: Sys
     let mut out_count = map.osds.values().filter(|osd| osd.out).count();
     let mut verdicts = BTreeMap::new();
     for osd in map.osds.values() {
-        let up = map.live.contains_key(&osd.id);
+        let up = map.is_up(osd.id);
         if up {
             if osd.out && osd.auto_out {
                 verdicts.insert(osd.id, Verdict::MarkIn);
@@ -78,7 +78,7 @@ fn whole_domain_down(map: &ClusterMap, osd: u32) -> Option<String> {
     let record = &map.osds[&osd];
     let all_down = |same: &dyn Fn(&cluster::OsdRecord) -> bool| {
         let members: Vec<u32> = map.osds.values().filter(|other| same(other)).map(|other| other.id).collect();
-        members.len() > 1 && members.iter().all(|id| !map.live.contains_key(id))
+        members.len() > 1 && members.iter().all(|id| !map.is_up(*id))
     };
     if all_down(&|other| other.host == record.host) {
         return Some(format!("host {}", record.host));
@@ -114,11 +114,18 @@ mod tests {
                 capacity_bytes: 1 << 30,
                 out: false,
                 auto_out: false,
+                down_mark: None,
             };
             map.osds.insert(id, record);
         }
         for &id in live {
-            let record = OsdLiveRecord { version: 1, address: format!("127.0.0.1:{id}"), incarnation: 1, local: None };
+            let record = OsdLiveRecord {
+                version: 1,
+                address: format!("127.0.0.1:{id}"),
+                incarnation: 1,
+                local: None,
+                lease_ttl_s: 3,
+            };
             map.live.insert(id, record);
         }
         map.settings = SettingsRecord { down_out_interval_s: 60, ..SettingsRecord::default() };

@@ -26,6 +26,7 @@ use meta::{Compare, CompareOp, Leadership, LeaseId, MetaError, MetaStore, Txn, T
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::mark_down::{self, Marks};
 use crate::pg_tables::{backfilling, next_table, osd_infos, up_osds, TableChange};
 use crate::reaper::{reap_volume, VolumeReaper};
 use crate::{Role, Shared};
@@ -146,6 +147,102 @@ async fn campaign_and_lead(
         end = publish_loop(shared, watcher, &leadership) => end,
         end = reap_loop(shared, watcher, reaper, &leadership) => end,
         end = down_out_loop(shared, watcher, &leadership) => end,
+        end = mark_down_loop(shared, watcher, &leadership) => end,
+    }
+}
+
+/// How often the leader looks at its peers' reports when the map does not change.
+const MARK_DOWN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Marks OSDs down on their peers' reports and clears the marks (`mark_down.rs`). A new leader
+/// counts each report's age from when it first saw it: a term change only delays a mark.
+async fn mark_down_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leadership) -> Result<TermEnd, MetaError> {
+    let store = shared.store.as_ref();
+    let mut receiver = watcher.subscribe();
+    let mut first_seen = BTreeMap::new();
+    let mut marked_since = BTreeMap::new();
+    let mut capped_logged = Vec::new();
+    loop {
+        let map = receiver.borrow_and_update().clone();
+        let now = Instant::now();
+        let now_unix_ms = stdx::wall_clock::unix_ms();
+        mark_down::observe_marked(&map, &mut marked_since, now);
+        let edges = mark_down::edges(&map);
+        first_seen.retain(|edge, _| edges.contains(edge));
+        for edge in &edges {
+            first_seen.entry(*edge).or_insert(now);
+        }
+        let choice = mark_down::choose(&map, &edges, &first_seen, now);
+        if choice.capped != capped_logged {
+            if !choice.capped.is_empty() {
+                tracing::error!(edges = ?choice.capped, "peers report links down between OSDs, but marking more OSDs down would pass the bound of a third of them");
+            }
+            capped_logged = choice.capped;
+        }
+        for osd in choice.mark {
+            let Some(live) = map.live.get(&osd) else { continue };
+            let accusers: Vec<u32> =
+                edges.iter().filter(|(_, target)| *target == osd).map(|(reporter, _)| *reporter).collect();
+            let accused: Vec<u32> =
+                edges.iter().filter(|(reporter, _)| *reporter == osd).map(|(_, target)| *target).collect();
+            let written = crate::osd_admin::update_osd(store, osd, Some(leadership.fence()), |record| {
+                if !record.down_mark.as_ref().is_some_and(|mark| mark.is_active()) {
+                    record.down_mark = Some(mark_down::new_mark(record.down_mark.as_ref(), live, now_unix_ms));
+                }
+                Ok(())
+            })
+            .await;
+            match written {
+                Ok(Some(record)) => {
+                    let hold_s = record.down_mark.map_or(0, |mark| mark.hold_s);
+                    tracing::warn!(
+                        osd,
+                        incarnation = live.incarnation,
+                        ?accusers,
+                        ?accused,
+                        hold_s,
+                        "marked down: its peers cannot reach it"
+                    );
+                    revoke(store, osd, live.incarnation).await;
+                }
+                Ok(None) => return Ok(TermEnd::Deposed),
+                Err(error) => tracing::warn!(osd, %error, "cannot mark the osd down"),
+            }
+        }
+        for (osd, incarnation) in mark_down::unrevoked(&map) {
+            revoke(store, osd, incarnation).await;
+        }
+        for osd in mark_down::to_clear(&map, &edges, &marked_since, now) {
+            let written = crate::osd_admin::update_osd(store, osd, Some(leadership.fence()), |record| {
+                if let Some(mark) = record.down_mark.as_mut().filter(|mark| mark.is_active()) {
+                    mark.cleared_unix_ms = Some(now_unix_ms);
+                }
+                Ok(())
+            })
+            .await;
+            match written {
+                Ok(Some(_)) => tracing::warn!(osd, "mark down cleared: no peer reports it, and it reports no peer"),
+                Ok(None) => return Ok(TermEnd::Deposed),
+                Err(error) => tracing::warn!(osd, %error, "cannot clear the osd's mark down"),
+            }
+        }
+        tokio::select! {
+            biased;
+            changed = receiver.changed() => {
+                if changed.is_err() {
+                    return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));
+                }
+            }
+            _ = tokio::time::sleep(MARK_DOWN_CHECK_INTERVAL) => {}
+        }
+    }
+}
+
+/// Revokes the lease of a marked OSD's incarnation; one that ran out already is as good.
+async fn revoke(store: &dyn MetaStore, osd: u32, incarnation: i64) {
+    match store.lease_revoke(LeaseId(incarnation)).await {
+        Ok(()) | Err(MetaError::LeaseExpired { .. }) => {}
+        Err(error) => tracing::warn!(osd, incarnation, %error, "cannot revoke a marked osd's lease; retrying"),
     }
 }
 
@@ -200,16 +297,18 @@ struct Inputs {
     osds: BTreeMap<u32, OsdRecord>,
     live: BTreeSet<u32>,
     in_grace: bool,
+    marks: Marks,
 }
 
 impl Inputs {
-    fn of(map: &ClusterMap, in_grace: bool) -> Inputs {
+    fn of(map: &ClusterMap, in_grace: bool, marks: &Marks) -> Inputs {
         Inputs {
             pools: map.pools.clone(),
             pg_tables: map.pg_tables.clone(),
             osds: map.osds.clone(),
             live: map.live.keys().copied().collect(),
             in_grace,
+            marks: Marks { next_change: None, ..marks.clone() },
         }
     }
 }
@@ -236,19 +335,22 @@ async fn publish_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leader
     let mut last_inputs: Option<Inputs> = None;
     let mut retry_at: Option<Instant> = None;
     let mut reported: BTreeMap<u32, String> = BTreeMap::new();
+    let mut absent_since = BTreeMap::new();
     let grace_end = shared.started + shared.config.liveness_grace;
     loop {
         let map = receiver.borrow_and_update().clone();
         let now = Instant::now();
         let in_grace = now < grace_end;
-        let inputs = Inputs::of(&map, in_grace);
+        mark_down::observe_absent(&map, &mut absent_since, now);
+        let marks = mark_down::marks(&map, &absent_since, now);
+        let inputs = Inputs::of(&map, in_grace, &marks);
         let due = retry_at.is_some_and(|at| now >= at);
         if due || last_inputs.as_ref() != Some(&inputs) {
             retry_at = None;
             if map.pg_tables.values().any(|table| backfilling(table).next().is_some()) {
                 retry_at = Some(now + BACKFILL_CHECK_INTERVAL);
             }
-            match publish_all(shared, leadership, &map, in_grace, &mut reported).await {
+            match publish_all(shared, leadership, &map, in_grace, &marks, &mut reported).await {
                 Ok(()) => last_inputs = Some(inputs),
                 Err(PublishError::Deposed) => return Ok(TermEnd::Deposed),
                 Err(error @ PublishError::Raced { .. }) => {
@@ -261,7 +363,7 @@ async fn publish_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leader
                 }
             }
         }
-        let wake_at = [in_grace.then_some(grace_end), retry_at].into_iter().flatten().min();
+        let wake_at = [in_grace.then_some(grace_end), retry_at, marks.next_change].into_iter().flatten().min();
         tokio::select! {
             biased;
             changed = receiver.changed() => {
@@ -286,11 +388,12 @@ async fn publish_all(
     leadership: &Leadership,
     map: &ClusterMap,
     in_grace: bool,
+    marks: &Marks,
     reported: &mut BTreeMap<u32, String>,
 ) -> Result<(), PublishError> {
     let mut first_error = None;
     for &pool in map.pools.keys() {
-        match publish_pool(shared.store.as_ref(), leadership, map, pool, in_grace, reported).await {
+        match publish_pool(shared.store.as_ref(), leadership, map, pool, in_grace, marks, reported).await {
             Ok(()) => {}
             Err(PublishError::Deposed) => return Err(PublishError::Deposed),
             Err(error) => {
@@ -310,6 +413,7 @@ async fn publish_pool(
     map: &ClusterMap,
     pool_id: u32,
     in_grace: bool,
+    marks: &Marks,
     reported: &mut BTreeMap<u32, String>,
 ) -> Result<(), PublishError> {
     let pool_key = keys::pool(pool_id);
@@ -328,7 +432,7 @@ async fn publish_pool(
     // A table that does not decode is not replaced: starting over at epoch 1 would let
     // operations of older epochs through.
     let previous: Option<PgTableRecord> = table_kv.as_ref().map(|kv| decode(&table_key, &kv.value)).transpose()?;
-    let up = up_osds(map, previous.as_ref(), in_grace);
+    let up = up_osds(map, previous.as_ref(), in_grace, marks);
     let complete = match &previous {
         Some(previous) => complete_pgs(store, previous).await?,
         None => BTreeSet::new(),

@@ -18,6 +18,7 @@ mod down_out;
 pub mod down_report;
 mod leader;
 pub mod local_osds;
+pub mod mark_down;
 pub mod osd_admin;
 pub mod pg_tables;
 pub mod reaper;
@@ -122,12 +123,13 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The registered OSDs without a liveness key, and since when this mon has seen them so.
+    /// The registered OSDs that are not up (no liveness key, or marked down on their peers'
+    /// reports), and since when this mon has seen them so.
     pub(crate) fn observe_down(&self, map: &ClusterMap) -> BTreeMap<u32, std::time::SystemTime> {
         let now = stdx::wall_clock::now();
         let mut down = self.down.lock().expect("the down table is never poisoned");
-        down.retain(|osd, _| map.osds.contains_key(osd) && !map.live.contains_key(osd));
-        for &osd in map.osds.keys().filter(|osd| !map.live.contains_key(osd)) {
+        down.retain(|osd, _| map.osds.contains_key(osd) && !map.is_up(*osd));
+        for &osd in map.osds.keys().filter(|osd| !map.is_up(**osd)) {
             down.entry(osd).or_insert(now);
         }
         down.clone()
@@ -147,7 +149,8 @@ impl Shared {
                     _ => (None, None),
                 };
                 let out = map.osds.get(&osd).is_some_and(|record| record.out);
-                views::OsdDownView { id: osd, since_unix_s, out, out_in_s, kept_in }
+                let marked_down = map.is_marked_down(osd);
+                views::OsdDownView { id: osd, since_unix_s, out, out_in_s, kept_in, marked_down }
             })
             .collect()
     }

@@ -9,7 +9,8 @@
 //!   not: `placement::compute` first, `compute_degraded` when there are fewer failure domains
 //!   than replicas, from the stored targets, so only what a membership change requires moves.
 //!   When no OSD is eligible, stored targets stay (a new pool gets no table).
-//! - An OSD is up when its liveness key exists. While the mon is in its liveness grace (one
+//! - An OSD is up when its liveness key exists and no active mark of the mon says it is down on
+//!   its peers' reports (`mark_down.rs`); a marked OSD keeps its places until it is fenced. While the mon is in its liveness grace (one
 //!   OSD lease TTL after it started), an OSD without a liveness key that is a member of the
 //!   stored table still counts as up, so a restarted store does not reshuffle every PG.
 //! - A PG's *acting set* is the up members of its previous acting set, in their order, then
@@ -28,6 +29,8 @@ use std::collections::BTreeSet;
 
 use cluster::{ClusterMap, OsdRecord, PgTableRecord, PoolRecord};
 use placement::{OsdId, OsdInfo, PlacementError};
+
+use crate::mark_down::Marks;
 
 /// What the leader should do with one pool's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,13 +59,17 @@ fn osd_info(osd: &OsdRecord) -> OsdInfo {
     }
 }
 
-/// The OSDs that count as up for `previous`'s acting sets: those with a liveness key, and in
-/// the grace the members of the stored table too.
-pub fn up_osds(map: &ClusterMap, previous: Option<&PgTableRecord>, in_grace: bool) -> BTreeSet<u32> {
-    let mut up: BTreeSet<u32> = map.live.keys().copied().filter(|osd| map.osds.contains_key(osd)).collect();
+/// The OSDs that count as up for `previous`'s acting sets: those with a liveness key, less those
+/// marked down on their peers' reports once fenced, plus the marked ones not fenced yet
+/// (`mark_down::marks`); in the grace the members of the stored table too.
+pub fn up_osds(map: &ClusterMap, previous: Option<&PgTableRecord>, in_grace: bool, marks: &Marks) -> BTreeSet<u32> {
+    let mut up: BTreeSet<u32> = map.live.keys().copied().filter(|osd| !marks.fenced.contains(osd)).collect();
+    up.extend(marks.fencing.iter().copied());
+    up.retain(|osd| map.osds.contains_key(osd));
     if let Some(previous) = previous.filter(|_| in_grace) {
         let acting = previous.pgs.iter().flat_map(|(_, members)| members.iter().copied());
-        up.extend(acting.chain(previous.targets.iter().flatten().copied()).filter(|osd| map.osds.contains_key(osd)));
+        let members = acting.chain(previous.targets.iter().flatten().copied());
+        up.extend(members.filter(|osd| map.osds.contains_key(osd) && !marks.fenced.contains(osd)));
     }
     up
 }
@@ -200,13 +207,23 @@ mod tests {
                 capacity_bytes: 1 << 40,
                 out: false,
                 auto_out: false,
+                down_mark: None,
             };
             map.osds.insert(id, record);
         }
         map.live = live
             .iter()
             .map(|&id| {
-                (id, OsdLiveRecord { version: 1, address: format!("127.0.0.1:{id}"), incarnation: 1, local: None })
+                (
+                    id,
+                    OsdLiveRecord {
+                        version: 1,
+                        address: format!("127.0.0.1:{id}"),
+                        incarnation: 1,
+                        local: None,
+                        lease_ttl_s: 3,
+                    },
+                )
             })
             .collect::<BTreeMap<_, _>>();
         map
@@ -221,7 +238,7 @@ mod tests {
 
     /// The next table of `pool` over `map`, from `previous`, no PG complete, out of the grace.
     fn next(pool: &PoolRecord, map: &ClusterMap, previous: Option<&PgTableRecord>) -> TableChange {
-        next_table(pool, &osd_infos(map), &up_osds(map, previous, false), previous, &BTreeSet::new())
+        next_table(pool, &osd_infos(map), &up_osds(map, previous, false, &Marks::default()), previous, &BTreeSet::new())
     }
 
     fn out(mut map: ClusterMap, osd: u32) -> ClusterMap {
@@ -267,8 +284,13 @@ mod tests {
         assert_eq!(backfilling(&second).collect::<BTreeSet<_>>(), moved);
         // Nothing changes until the PGs are complete.
         assert_eq!(next(&pool, &drained, Some(&second)), TableChange::Unchanged);
-        let third =
-            publish(next_table(&pool, &osd_infos(&drained), &up_osds(&drained, None, false), Some(&second), &moved));
+        let third = publish(next_table(
+            &pool,
+            &osd_infos(&drained),
+            &up_osds(&drained, None, false, &Marks::default()),
+            Some(&second),
+            &moved,
+        ));
         for (pg, ((epoch, old), (new_epoch, new))) in second.pgs.iter().zip(&third.pgs).enumerate() {
             assert!(!new.contains(&6), "pg {pg}");
             assert_eq!(new.len(), 3, "pg {pg}");
@@ -326,7 +348,13 @@ mod tests {
         // Osd 5 joins before the mon saw the PGs complete: the new targets may name it, which is
         // not part of the complete sets, so those PGs keep their old members.
         let five = out(map(&osds, &[1, 2, 3, 4, 5]), 4);
-        let third = publish(next_table(&pool, &osd_infos(&five), &up_osds(&five, None, false), Some(&second), &moving));
+        let third = publish(next_table(
+            &pool,
+            &osd_infos(&five),
+            &up_osds(&five, None, false, &Marks::default()),
+            Some(&second),
+            &moving,
+        ));
         for pg in 0..32 {
             let (_, acting) = &third.pgs[pg];
             let target = third.target(pg);
@@ -347,7 +375,7 @@ mod tests {
         let first = publish(next(&pool, &map(&osds[..3], &[1, 2, 3]), None));
         // After a restart of the store nothing is live yet: members hold.
         let restarted = map(&osds[..3], &[]);
-        let held = up_osds(&restarted, Some(&first), true);
+        let held = up_osds(&restarted, Some(&first), true, &Marks::default());
         let none = BTreeSet::new();
         assert_eq!(next_table(&pool, &osd_infos(&restarted), &held, Some(&first), &none), TableChange::Unchanged);
         // After the grace, nothing is live: every PG is left with no acting member, its target

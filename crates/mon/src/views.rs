@@ -333,6 +333,9 @@ pub struct VolumeList {
 pub struct OsdView {
     pub id: u32,
     pub up: bool,
+    /// Running, but marked down because its peers cannot reach it (ADR 0015): in no PG.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub marked_down: bool,
     /// Out: placement gives it no PGs (`basalt osd out`, or down past `down_out_interval`).
     #[serde(default)]
     pub out: bool,
@@ -440,6 +443,9 @@ pub struct OsdDownView {
     /// Why the mon keeps it in although its interval is over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_in: Option<String>,
+    /// Running, but marked down because its peers cannot reach it (ADR 0015).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub marked_down: bool,
 }
 
 /// Objects still to copy to members that lack them, over every PG, and how fast that goes.
@@ -562,7 +568,8 @@ fn osd_view(osd: &OsdRecord, map: &ClusterMap, (pgs, primary_pgs): (u64, u64)) -
     let live = map.live.get(&osd.id);
     OsdView {
         id: osd.id,
-        up: live.is_some(),
+        up: map.is_up(osd.id),
+        marked_down: map.is_marked_down(osd.id),
         out: osd.out,
         address: live.map(|live| live.address.clone()),
         host: osd.host.clone(),
@@ -604,7 +611,7 @@ pub fn status_view(
     recovery: RecoveryView,
 ) -> StatusView {
     let summary = pg_summary(pgs);
-    let up: BTreeSet<u32> = map.osds.keys().filter(|id| map.live.contains_key(id)).copied().collect();
+    let up: BTreeSet<u32> = map.osds.keys().filter(|id| map.is_up(**id)).copied().collect();
     let reports: Vec<u64> = up.iter().filter_map(|id| answers.used_bytes.get(id).copied()).collect();
     let reporting = reports.len() as u64;
     StatusView {
@@ -647,13 +654,20 @@ mod tests {
                 capacity_bytes: 1 << 30,
                 out: false,
                 auto_out: false,
+                down_mark: None,
             };
             map.osds.insert(id, record);
         }
         for &id in live {
             map.live.insert(
                 id,
-                OsdLiveRecord { version: 1, address: format!("127.0.0.1:{id}"), incarnation: 1, local: None },
+                OsdLiveRecord {
+                    version: 1,
+                    address: format!("127.0.0.1:{id}"),
+                    incarnation: 1,
+                    local: None,
+                    lease_ttl_s: 3,
+                },
             );
         }
         map

@@ -29,6 +29,10 @@ impl fmt::Debug for Metadata {
     }
 }
 
+/// The default [`OsdConfig::peer_grace`]: a cut link is reported within it plus a probe interval,
+/// and marked down half a second later, well inside the 5 s a write may wait.
+pub const PEER_GRACE_DEFAULT: Duration = Duration::from_millis(1500);
+
 #[derive(Debug, Clone)]
 pub struct OsdConfig {
     pub metadata: Metadata,
@@ -58,6 +62,9 @@ pub struct OsdConfig {
     pub secondary_timeout: Duration,
     /// How long a primary waits to connect to a secondary.
     pub connect_timeout: Duration,
+    /// How long a peer this OSD shares PGs with may leave it without an answer before it reports
+    /// the peer to the mon (twice that for an op waiting on a peer that answers pings; ADR 0015).
+    pub peer_grace: Duration,
     /// How long a clean shutdown waits for ops in flight, and then for the journal's write-back.
     pub shutdown_timeout: Duration,
     /// Submission ring entries of the drive's io_uring.
@@ -84,6 +91,7 @@ impl OsdConfig {
             epoch_wait: Duration::from_millis(1500),
             secondary_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
+            peer_grace: PEER_GRACE_DEFAULT,
             shutdown_timeout: Duration::from_secs(3),
             queue_depth: 256,
             engine: engine::EngineOptions::default(),

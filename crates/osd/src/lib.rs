@@ -23,6 +23,7 @@ mod liveness;
 mod locks;
 mod ops;
 mod pacer;
+mod peer_watch;
 mod peers;
 mod pg_history;
 mod pg_state;
@@ -46,7 +47,7 @@ use platform::{Disk, DiskReady};
 use platform_linux::{UringDisk, UringOptions};
 use tokio::net::TcpListener;
 
-pub use config::{Metadata, OsdConfig};
+pub use config::{Metadata, OsdConfig, PEER_GRACE_DEFAULT};
 pub use error::OsdError;
 
 use crate::engine_io::{EngineIo, UringReady};
@@ -316,6 +317,7 @@ pub async fn serve(
     let removing_strays = tokio::task::spawn_local(osd.clone().remove_strays());
     let pacing = tokio::task::spawn_local(osd.clone().pace());
     let scrubbing = tokio::task::spawn_local(osd.clone().scrub_due_pgs());
+    let watching_peers = tokio::task::spawn_local(osd.clone().watch_peers(config.peer_grace));
     let incarnation = liveness.lease().map_or(0, |lease| lease.0);
     let local_path = local.as_ref().map(|local| local.path.as_str()).unwrap_or("none");
     tracing::info!(osd = id, %address, local = local_path, incarnation, data = %config.data_path.display(), "osd serving");
@@ -331,6 +333,7 @@ pub async fn serve(
             removing_strays.abort();
             pacing.abort();
             scrubbing.abort();
+            watching_peers.abort();
             keep_alive.abort();
             let _ = stop_accepting.send(());
             liveness.revoke(config.shutdown_timeout).await;
@@ -343,6 +346,7 @@ pub async fn serve(
     removing_strays.abort();
     pacing.abort();
     scrubbing.abort();
+    watching_peers.abort();
     if how == Stop::Abort {
         tracing::info!(osd = id, "osd stopping at once");
         return Ok(());

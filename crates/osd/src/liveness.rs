@@ -13,6 +13,7 @@
 //! | renewal succeeded | until its send time + TTL - margin | renew again in TTL/3 |
 //! | renewal failed or timed out | unchanged (runs out by itself) | retry every TTL/10 |
 //! | renewal says `LeaseExpired` | no | register again with a new lease |
+//! | the mon marked this incarnation down (ADR 0015) | no | revoke the lease, register again |
 //! | key of an older incarnation exists | no | wait until it expires (another process may still hold it) |
 //! | clean shutdown | no | revoke the lease, which deletes the key |
 
@@ -37,6 +38,10 @@ pub(crate) struct Liveness {
     serve_until: Cell<Option<Instant>>,
     /// Whether the last check found the OSD fenced (to log transitions once).
     fenced_logged: Cell<bool>,
+    /// Set by [`Liveness::end_incarnation`]: the keep-alive loop revokes the lease and registers
+    /// again at once.
+    ending: Cell<bool>,
+    wake: tokio::sync::Notify,
 }
 
 impl Liveness {
@@ -60,7 +65,22 @@ impl Liveness {
             lease: Cell::new(None),
             serve_until: Cell::new(None),
             fenced_logged: Cell::new(false),
+            ending: Cell::new(false),
+            wake: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Stops serving now and has the keep-alive loop revoke the lease of `incarnation` and
+    /// register again, if it is still the current one: the mon marked it down (ADR 0015), and
+    /// registering again is how the mon learns that it stopped acknowledging.
+    pub(crate) fn end_incarnation(&self, incarnation: i64) {
+        if self.lease.get() != Some(LeaseId(incarnation)) || self.ending.get() {
+            return;
+        }
+        tracing::warn!(key = %self.key, incarnation, "the mon marked this osd down: not serving until registered again");
+        self.serve_until.set(None);
+        self.ending.set(true);
+        self.wake.notify_one();
     }
 
     /// Whether the OSD may acknowledge ops now.
@@ -116,6 +136,7 @@ impl Liveness {
             address: self.address.clone(),
             incarnation: lease.0,
             local: self.local.clone(),
+            lease_ttl_s: self.ttl.as_secs(),
         };
         let txn = Txn {
             compares: vec![Compare::absent(&self.key)],
@@ -147,14 +168,25 @@ impl Liveness {
         let retry = (self.ttl / 10).max(Duration::from_millis(50));
         let mut delay = interval;
         loop {
-            tokio::time::sleep(delay).await;
+            tokio::select! {
+                biased;
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(delay) => {}
+            }
             delay = interval;
+            if self.ending.replace(false) {
+                self.revoke(interval).await;
+                self.register().await;
+                continue;
+            }
             let Some(lease) = self.lease.get() else {
                 self.register().await;
                 continue;
             };
             let sent = Instant::now();
             match tokio::time::timeout(interval, self.store.lease_keep_alive(lease)).await {
+                // A mark that arrived during the renewal wins: the loop ends the incarnation next.
+                Ok(Ok(_)) if self.ending.get() => delay = Duration::ZERO,
                 Ok(Ok(ttl_s)) => {
                     let ttl = Duration::from_secs(ttl_s).min(self.ttl);
                     self.serve_until.set(Some(sent + ttl.saturating_sub(self.margin)));

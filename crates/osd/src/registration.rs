@@ -64,6 +64,7 @@ fn record(id: u32, identity: &Identity, weight: f64) -> OsdRecord {
         capacity_bytes: identity.capacity_bytes,
         out: false,
         auto_out: false,
+        down_mark: None,
     }
 }
 
@@ -147,8 +148,12 @@ pub(crate) async fn ensure_record(store: &dyn MetaStore, id: u32, identity: &Ide
             }
             Some(kv) => {
                 let current: OsdRecord = decode(&osd_key, &kv.value)?;
-                let wanted =
-                    OsdRecord { out: current.out, auto_out: current.auto_out, ..record(id, identity, current.weight) };
+                let wanted = OsdRecord {
+                    out: current.out,
+                    auto_out: current.auto_out,
+                    down_mark: current.down_mark.clone(),
+                    ..record(id, identity, current.weight)
+                };
                 if current == wanted {
                     return Ok(());
                 }

@@ -21,6 +21,11 @@ pub fn unix_seconds() -> u64 {
     now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs())
 }
 
+/// Milliseconds since the Unix epoch on this thread's clock (0 for a clock before it).
+pub fn unix_ms() -> u64 {
+    now().duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Makes `clock` this thread's time of day, until [`uninstall`].
 pub fn install(clock: fn() -> SystemTime) {
     CLOCK.with(|installed| installed.set(Some(clock)));

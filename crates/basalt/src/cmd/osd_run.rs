@@ -44,6 +44,10 @@ pub struct Args {
     /// TTL of the liveness lease, in seconds.
     #[arg(long = "lease-ttl", value_name = "SECONDS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub lease_ttl_s: u64,
+    /// Milliseconds a peer sharing PGs with this OSD may leave it without an answer before it is
+    /// reported to the mon, which marks one end of a cut link down (ADR 0015).
+    #[arg(long = "peer-grace-ms", value_name = "MILLISECONDS", default_value_t = osd::PEER_GRACE_DEFAULT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub peer_grace_ms: u64,
     /// Microseconds to keep polling for work before sleeping while ops are in flight (0: off).
     /// Lowers latency at the cost of CPU; keep it small on machines with few cores.
     #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
@@ -65,6 +69,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     config.rack = args.rack;
     config.tags = args.tags.into_iter().map(|tag| tag.trim().to_string()).filter(|tag| !tag.is_empty()).collect();
     config.lease_ttl = Duration::from_secs(args.lease_ttl_s);
+    config.peer_grace = Duration::from_millis(args.peer_grace_ms);
     config.spin = Duration::from_micros(args.spin_us);
     let data = config.data_path.display().to_string();
     let ready = |ready: &osd::Ready| {

@@ -41,7 +41,8 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
             (None, Some(seconds)) => format!("marked out in {seconds} s unless it returns"),
             (None, None) => String::new(),
         };
-        println!("          osd.{} down for {} s; {fate}", down.id, now.saturating_sub(down.since_unix_s));
+        let why = if down.marked_down { " (running, but marked down: its peers cannot reach it)" } else { "" };
+        println!("          osd.{} down for {} s{why}; {fate}", down.id, now.saturating_sub(down.since_unix_s));
     }
     println!("pools     {}", status.pools);
     println!("volumes   {}", status.volumes);

@@ -36,6 +36,19 @@ impl Cluster {
         min_size: u32,
         volume_size: &str,
     ) -> Cluster {
+        Cluster::start_as(store, name, osd_count, replicas, min_size, volume_size, None)
+    }
+
+    /// [`Cluster::start`], with OSD `index` run as user `uid(index)` when given.
+    pub fn start_as(
+        store: Store,
+        name: &str,
+        osd_count: usize,
+        replicas: u32,
+        min_size: u32,
+        volume_size: &str,
+        uid: Option<fn(usize) -> u32>,
+    ) -> Cluster {
         testkit::netns::enter_new();
         let scratch = Scratch::new(name);
         let dir = scratch.path();
@@ -45,7 +58,7 @@ impl Cluster {
             let data = cluster.data(index);
             cli(&["osd", "init", "--data", &data, "--size", "512M"]);
             cluster.osds.push(None);
-            cluster.start_osd(index);
+            cluster.start_osd_as(index, uid.map(|uid| uid(index)));
         }
         wait_until(Duration::from_secs(60), "every OSD up", || (up_osds().len() == osd_count).then_some(()));
         let (replicas, min_size) = (replicas.to_string(), min_size.to_string());

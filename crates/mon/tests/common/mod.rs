@@ -66,14 +66,20 @@ pub async fn put_osd(store: &dyn MetaStore, id: u32, host: &str, rack: &str, tag
         capacity_bytes: 1 << 40,
         out: false,
         auto_out: false,
+        down_mark: None,
     };
     store.put(&keys::osd(id), encode(&record), None).await.expect("put an osd record");
 }
 
 pub async fn set_live(store: &dyn MetaStore, id: u32, live: bool) {
     if live {
-        let record =
-            OsdLiveRecord { version: 1, address: format!("127.0.0.1:{}", 6800 + id), incarnation: 1, local: None };
+        let record = OsdLiveRecord {
+            version: 1,
+            address: format!("127.0.0.1:{}", 6800 + id),
+            incarnation: 1,
+            local: None,
+            lease_ttl_s: 3,
+        };
         store.put(&keys::osd_live(id), encode(&record), None).await.expect("put a liveness key");
     } else {
         store.delete(&keys::osd_live(id)).await.expect("delete a liveness key");

@@ -148,11 +148,11 @@ pub(crate) struct Osd {
     pub(crate) engine: Rc<EngineIo>,
     pub(crate) liveness: Rc<Liveness>,
     pub(crate) peers: Peers,
-    store: Arc<dyn MetaStore>,
+    pub(crate) store: Arc<dyn MetaStore>,
     pub(crate) pgs: PgStates,
     peering_slots: Rc<Semaphore>,
     object_size_bytes: u32,
-    map: watch::Receiver<Arc<ClusterMap>>,
+    pub(crate) map: watch::Receiver<Arc<ClusterMap>>,
     locks: ObjectLocks,
     epoch_wait: Duration,
     /// How long a client's op waits for its PG to finish peering before answering `Busy`.

@@ -138,10 +138,13 @@ impl Osd {
         let target = map.pg_tables[&pg.pool].target(pg.pg as usize).to_vec();
         let (history, history_revision) = pg_history::read(self.store.as_ref(), pg).await?;
 
-        // Every member of the acting set and of every recorded set that is up answers.
+        // Every member of the acting set and of every recorded set that is up answers. An OSD
+        // marked down on its peers' reports is not asked: a link to it may be cut, and waiting on
+        // it would hold the PG; a recorded set that only it can answer for waits for its return.
         let mut asked: BTreeSet<u32> = acting.iter().copied().collect();
         asked.extend(history.required().flat_map(|interval| interval.members.iter().copied()));
         asked.remove(&self.id);
+        asked.retain(|&osd| !map.is_marked_down(osd));
         let lists = asked.iter().filter_map(|&osd| {
             let address = map.address(osd)?.to_string();
             Some(async move { (osd, self.list_member(osd, &address, pg, view.pg_count, state.epoch).await) })
