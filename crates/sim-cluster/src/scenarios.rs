@@ -43,10 +43,16 @@ pub enum Scenario {
     /// `a_killed_osd_loses_its_lease_as_soon_as_a_client_finds_it_gone`: with a 60 s lease, a
     /// killed OSD is down once a client reports it and the mon finds it refusing connections.
     FastDown,
+    /// `a_link_cut_between_two_osds_stalls_no_write_past_5_s_and_heals_clean`: the link between
+    /// two OSDs cut both ways for 20 s while both keep their leases: one of them is marked down
+    /// on the other's report, no write waits 5 s, and the mark clears after the heal.
+    LinkCut,
+    /// The same with packets dropped one way only: the replies of one OSD to the other.
+    OneWayLinkCut,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::KillPrimary,
         Scenario::PausePrimary,
         Scenario::RollingRestarts,
@@ -54,6 +60,8 @@ impl Scenario {
         Scenario::PastSets,
         Scenario::BelowMinSize,
         Scenario::FastDown,
+        Scenario::LinkCut,
+        Scenario::OneWayLinkCut,
     ];
 
     /// The name a replay names it by.
@@ -66,6 +74,8 @@ impl Scenario {
             Scenario::PastSets => "past-sets",
             Scenario::BelowMinSize => "below-min-size",
             Scenario::FastDown => "fast-down",
+            Scenario::LinkCut => "link-cut",
+            Scenario::OneWayLinkCut => "one-way-link-cut",
         }
     }
 
@@ -107,6 +117,8 @@ pub(crate) async fn play(scenario: Scenario, stage: Stage<'_>) {
         Scenario::PastSets => past_sets(&stage).await,
         Scenario::BelowMinSize => below_min_size(&stage).await,
         Scenario::FastDown => fast_down(&stage).await,
+        Scenario::LinkCut => link_cut(&stage, true).await,
+        Scenario::OneWayLinkCut => link_cut(&stage, false).await,
     };
     match played {
         Ok(()) => stage.run.record(format_args!("scenario {scenario:?} played")),
@@ -254,6 +266,43 @@ async fn fast_down(stage: &Stage<'_>) -> Result<(), String> {
     stage.run.record(format_args!("the killed OSD was down {elapsed:?} after it was killed"));
     stage.nodes.restart(victim);
     Ok(())
+}
+
+/// How long a write may wait across a cut between two OSDs that keep their leases (ADR 0015).
+const LINK_CUT_WRITE_MAX: Duration = Duration::from_secs(5);
+const LINK_CUT_LENGTH: Duration = Duration::from_secs(20);
+
+async fn link_cut(stage: &Stage<'_>, both_ways: bool) -> Result<(), String> {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (a, b) = (stage.nodes.name(0), stage.nodes.name(1));
+    let ids = [osd_of(stage, 0).await?, osd_of(stage, 1).await?];
+    if both_ways {
+        stage.nodes.network.partition(&a, &b);
+    } else {
+        stage.nodes.network.cut(&b, &a);
+    }
+    stage.run.record(format_args!("the link between {a} and {b} cut (both ways: {both_ways})"));
+    // One writer of its own, timing each write while the clients go on.
+    let cut_at = Instant::now();
+    let (mut longest, mut block) = (Duration::ZERO, 0);
+    while cut_at.elapsed() < LINK_CUT_LENGTH {
+        let started = Instant::now();
+        let address = (0, block % blocks(stage));
+        SimNet::on_node("client", workload::write(stage.volumes, address, Op::Write, stage.run, "scenario")).await;
+        longest = longest.max(started.elapsed());
+        block += 1;
+    }
+    let map = load(stage).await?;
+    let marked: Vec<u32> = map.osds.keys().copied().filter(|&osd| map.is_marked_down(osd)).collect();
+    stage.nodes.network.heal_all();
+    stage.run.record(format_args!("partitions healed; {block} writes, the longest {longest:?}; marked {marked:?}"));
+    if marked.len() != 1 || !ids.contains(&marked[0]) {
+        return Err(format!("marked down {marked:?} across a cut between osds {ids:?}, not one of them"));
+    }
+    if longest >= LINK_CUT_WRITE_MAX {
+        return Err(format!("a write waited {longest:?} across a cut between two OSDs"));
+    }
+    wait_for(stage, "the mark cleared", |map| map.osds.keys().all(|&osd| !map.is_marked_down(osd))).await
 }
 
 /// The blocks of each volume.

@@ -53,3 +53,13 @@ fn a_pg_below_min_size_acknowledges_nothing() {
 fn a_killed_osd_is_down_as_soon_as_a_client_finds_it_gone() {
     play(Scenario::FastDown);
 }
+
+#[test]
+fn a_link_cut_between_two_osds_marks_one_down_and_stalls_no_write_past_5_s() {
+    play(Scenario::LinkCut);
+}
+
+#[test]
+fn a_one_way_cut_between_two_osds_marks_one_down_and_stalls_no_write_past_5_s() {
+    play(Scenario::OneWayLinkCut);
+}
