@@ -245,6 +245,11 @@ pub struct SettingsRecord {
     pub recovery_in_flight_max: u32,
     /// How often every PG is scrubbed.
     pub scrub_interval_s: u64,
+    /// An OSD whose drive is this full is reported near full (`basalt status` warns).
+    pub nearfull_ratio_percent: u32,
+    /// An OSD whose drive is this full takes no new objects: writes that need new space, and
+    /// copies of objects it lacks, get `NoSpace`; overwrites and deletes go on.
+    pub full_ratio_percent: u32,
 }
 
 impl Default for SettingsRecord {
@@ -257,6 +262,8 @@ impl Default for SettingsRecord {
             recovery_latency_ratio_percent: 150,
             recovery_in_flight_max: 8,
             scrub_interval_s: 7 * 24 * 3600,
+            nearfull_ratio_percent: 85,
+            full_ratio_percent: 95,
         }
     }
 }

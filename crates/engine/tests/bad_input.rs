@@ -393,3 +393,34 @@ fn a_failed_writeback_write_poisons_until_restart() {
 fn a_failed_writeback_flush_poisons_until_restart() {
     poison_with(|disk| disk.fail_next_flushes(1), true);
 }
+
+/// Nothing asks for write-back here: short of blocks, the engine writes back deletes and moves
+/// the journal tail past them by itself, so the blocks come back on an engine that sees only the
+/// deletes and a few reads (a removed volume on a full OSD).
+#[test]
+fn a_full_engine_gives_deleted_objects_blocks_back_without_being_asked() {
+    let (mut engine, _) = new_engine(4 << 20);
+    let block_count = u64::from(engine.geometry().block_count);
+    for stripe in 0..block_count {
+        let id = object(stripe);
+        let data = pattern_buffer(stripe + 1, id, 0, PAGES_PER_OBJECT);
+        assert!(execute(&mut engine, Request::Write { object: id, offset_bytes: 0, data }).is_ok());
+    }
+    assert_eq!(engine.space().free_bytes, 0);
+    // Few enough that their records alone would not start a write-back job for a long time.
+    for stripe in 0..5 {
+        assert!(matches!(execute(&mut engine, Request::Delete { object: object(stripe) }), Ok(Reply::Deleted { .. })));
+    }
+    let freed = 5 * u64::from(OBJECT_SIZE_BYTES);
+    let mut reads = 0;
+    while engine.space().free_bytes < freed {
+        reads += 1;
+        assert!(reads < 10_000, "the deleted objects' blocks did not come back: {:?}", engine.space());
+        let kept = object(block_count - 1);
+        let page = Request::Read { object: kept, offset_bytes: 0, length_bytes: PAGE_BYTES as u32 };
+        assert!(execute(&mut engine, page).is_ok());
+    }
+    assert_eq!(engine.space().free_bytes, freed, "{:?}", engine.space());
+    let id = object(50_000);
+    write_pages(&mut engine, &mut Expected::default(), id, 9, 0, PAGES_PER_OBJECT);
+}

@@ -247,7 +247,7 @@ async fn ask_osds(map: &ClusterMap) -> views::OsdAnswers {
                 let pgs = connection.call(0, wire::Request::PgStates);
                 let (space, pgs) = futures_util::future::join(space, pgs).await;
                 let used_bytes = match space.map_err(|error| error.to_string())?.response {
-                    wire::Response::Space { used_bytes, .. } => used_bytes,
+                    wire::Response::Space { used_bytes, total_bytes, .. } => (used_bytes, total_bytes),
                     other => return Err(format!("answered {:?}", other.opcode())),
                 };
                 match pgs.map_err(|error| error.to_string())?.response {
@@ -263,8 +263,9 @@ async fn ask_osds(map: &ClusterMap) -> views::OsdAnswers {
     let mut answers = views::OsdAnswers::default();
     while let Some(joined) = asks.join_next().await {
         match joined {
-            Ok((osd, _, Ok((used_bytes, history_writes, pgs)))) => {
+            Ok((osd, _, Ok(((used_bytes, total_bytes), history_writes, pgs)))) => {
                 answers.used_bytes.insert(osd, used_bytes);
+                answers.total_bytes.insert(osd, total_bytes);
                 answers.history_writes.insert(osd, history_writes);
                 for report in pgs {
                     answers.pgs.insert((report.pg.pool, report.pg.pg), (osd, report));

@@ -179,6 +179,8 @@ pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> 
     check("recovery_latency_ratio_percent", change.recovery_latency_ratio_percent.map(u64::from), 100, 10_000)?;
     check("recovery_in_flight_max", change.recovery_in_flight_max.map(u64::from), 1, 256)?;
     check("scrub_interval_s", change.scrub_interval_s, 60, 365 * 24 * 3600)?;
+    check("nearfull_ratio_percent", change.nearfull_ratio_percent.map(u64::from), 1, 99)?;
+    check("full_ratio_percent", change.full_ratio_percent.map(u64::from), 1, 99)?;
     for _ in 0..CAS_ATTEMPTS_MAX {
         let kv = store.get(keys::SETTINGS).await?;
         let mut record = match &kv {
@@ -192,6 +194,8 @@ pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> 
             recovery_latency_ratio_percent,
             recovery_in_flight_max,
             scrub_interval_s,
+            nearfull_ratio_percent,
+            full_ratio_percent,
         } = change.clone();
         record.down_out_interval_s = down_out_interval_s.unwrap_or(record.down_out_interval_s);
         record.recovery_bytes_per_s_max = recovery_bytes_per_s_max.unwrap_or(record.recovery_bytes_per_s_max);
@@ -200,6 +204,14 @@ pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> 
             recovery_latency_ratio_percent.unwrap_or(record.recovery_latency_ratio_percent);
         record.recovery_in_flight_max = recovery_in_flight_max.unwrap_or(record.recovery_in_flight_max);
         record.scrub_interval_s = scrub_interval_s.unwrap_or(record.scrub_interval_s);
+        record.nearfull_ratio_percent = nearfull_ratio_percent.unwrap_or(record.nearfull_ratio_percent);
+        record.full_ratio_percent = full_ratio_percent.unwrap_or(record.full_ratio_percent);
+        if record.nearfull_ratio_percent > record.full_ratio_percent {
+            return Err(AdminError::Invalid(format!(
+                "nearfull_ratio_percent {} is above full_ratio_percent {}",
+                record.nearfull_ratio_percent, record.full_ratio_percent
+            )));
+        }
         let revision = kv.as_ref().map_or(0, |kv| kv.mod_revision);
         let txn = Txn {
             compares: vec![Compare::mod_revision(keys::SETTINGS, CompareOp::Equal, revision)],

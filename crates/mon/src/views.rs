@@ -198,6 +198,7 @@ pub struct PgList {
 #[derive(Debug, Clone, Default)]
 pub struct OsdAnswers {
     pub used_bytes: BTreeMap<u32, u64>,
+    pub total_bytes: BTreeMap<u32, u64>,
     /// Reports by PG, from the OSD that answered for it.
     pub pgs: BTreeMap<(u32, u32), (u32, wire::PgReport)>,
     /// Metadata-store writes of PG histories per OSD since it started.
@@ -362,6 +363,8 @@ pub struct SettingsChange {
     pub recovery_latency_ratio_percent: Option<u32>,
     pub recovery_in_flight_max: Option<u32>,
     pub scrub_interval_s: Option<u64>,
+    pub nearfull_ratio_percent: Option<u32>,
+    pub full_ratio_percent: Option<u32>,
 }
 
 /// `POST /osds/{id}/reweight`.
@@ -481,12 +484,45 @@ pub struct StatusView {
     #[serde(default)]
     pub pg_history_writes: u64,
     pub capacity: Capacity,
+    /// The OSDs at or past the near-full ratio, fullest first.
+    #[serde(default)]
+    pub osds_full: Vec<OsdFullView>,
+}
+
+/// An OSD whose drive is near full or full (`nearfull_ratio_percent`, `full_ratio_percent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdFullView {
+    pub id: u32,
+    pub used_percent: u32,
+    /// `full`: it takes no new objects; `nearfull`: a warning.
+    pub state: String,
 }
 
 /// The body of every error response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorView {
     pub error: String,
+}
+
+/// The OSDs that answered with a usage at or past the near-full ratio, fullest first.
+fn osds_full(map: &ClusterMap, answers: &OsdAnswers) -> Vec<OsdFullView> {
+    let (nearfull, full) = (map.settings.nearfull_ratio_percent, map.settings.full_ratio_percent);
+    let mut views: Vec<OsdFullView> = answers
+        .used_bytes
+        .iter()
+        .filter_map(|(&id, &used)| {
+            let total = *answers.total_bytes.get(&id).filter(|total| **total > 0)?;
+            let used_percent = u32::try_from(used.min(total) * 100 / total).expect("at most 100");
+            let state = match used_percent {
+                percent if percent >= full => "full",
+                percent if percent >= nearfull => "nearfull",
+                _ => return None,
+            };
+            Some(OsdFullView { id, used_percent, state: state.to_string() })
+        })
+        .collect();
+    views.sort_by_key(|view| (std::cmp::Reverse(view.used_percent), view.id));
+    views
 }
 
 /// Sums the PGs' last scrubs.
@@ -630,6 +666,7 @@ pub fn status_view(
             used_bytes: (reporting > 0).then(|| reports.iter().sum()),
             reporting_osds: reporting,
         },
+        osds_full: osds_full(map, answers),
     }
 }
 

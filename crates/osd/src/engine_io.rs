@@ -158,6 +158,23 @@ impl EngineIo {
         }
     }
 
+    /// Asks for write-back once the engine has seen no completion for `idle_for` and the
+    /// journal holds records: an idle OSD empties its journal, so deleted objects' blocks come
+    /// back and a restart replays nothing.
+    pub(crate) fn write_back_when_idle(&self, idle_for: Duration) {
+        if self.last_activity.get().elapsed() < idle_for {
+            return;
+        }
+        let mut engine = self.engine.borrow_mut();
+        if engine.is_written_back() || engine.poisoned().is_some() {
+            return;
+        }
+        engine.request_writeback();
+        drop(engine);
+        self.last_activity.set(Instant::now());
+        self.kick.notify_one();
+    }
+
     /// The driver task: polls the engine whenever the disk or a task has something for it.
     /// Runs until the runtime drops it.
     pub(crate) async fn drive(self: Rc<Self>) {

@@ -44,6 +44,13 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
         let why = if down.marked_down { " (running, but marked down: its peers cannot reach it)" } else { "" };
         println!("          osd.{} down for {} s{why}; {fate}", down.id, now.saturating_sub(down.since_unix_s));
     }
+    for full in &status.osds_full {
+        let what = match full.state.as_str() {
+            "full" => "full: it takes no new objects (writes that need space fail with no space)",
+            _ => "near full",
+        };
+        println!("          osd.{} {}% used, {what}", full.id, full.used_percent);
+    }
     println!("pools     {}", status.pools);
     println!("volumes   {}", status.volumes);
     let pgs = &status.pgs;

@@ -94,6 +94,14 @@ impl<D: Disk> Engine<D> {
         }
     }
 
+    /// The share of blocks not available to new objects, in percent (rounded down): what the
+    /// OSD's full ratio is compared with, in constant time.
+    pub fn used_percent(&self) -> u32 {
+        let block_count = u64::from(self.geometry.block_count.max(1));
+        let available = u64::from(self.free_blocks.saturating_sub(self.reserved_blocks));
+        u32::try_from((block_count - available.min(block_count)) * 100 / block_count).expect("at most 100")
+    }
+
     /// Heap bytes of the per-object index (the RAM budget's subject).
     pub fn index_memory_bytes(&self) -> usize {
         self.index.memory_bytes() + self.block_refs.capacity() * size_of::<u16>()

@@ -72,7 +72,8 @@ impl<D: Disk> Engine<D> {
     /// Whether a write-back job should start now. Writing back lazily, once an eighth of the
     /// journal holds records not written back, makes jobs large: their flushes and metadata
     /// writes are shared by thousands of writes instead of a few, and a page overwritten
-    /// meanwhile is copied once.
+    /// meanwhile is copied once. Short of blocks, it goes eagerly instead: the blocks of deleted
+    /// and overwritten objects come back only once write-back and the journal tail pass them.
     fn writeback_should_start(&self) -> bool {
         if self.writeback_job.is_some() || self.poisoned.is_some() || !self.writeback_has_work() {
             return false;
@@ -82,6 +83,13 @@ impl<D: Disk> Engine<D> {
             || self.journal_full
             || self.writeback_backlog_bytes >= journal_size / 8
             || self.journal_used_bytes() >= journal_size / 2
+            || self.blocks_short()
+    }
+
+    /// Whether fewer than a tenth of the blocks are available to new objects.
+    pub(super) fn blocks_short(&self) -> bool {
+        let available = self.free_blocks.saturating_sub(self.reserved_blocks);
+        available < (self.geometry.block_count / 10).max(1)
     }
 
     pub(super) fn maybe_start_writeback_job(&mut self) {

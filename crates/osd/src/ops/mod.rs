@@ -89,6 +89,9 @@ pub(crate) enum OpError {
     /// member did not answer): the client retries, and the read succeeds once the repair can.
     #[error("pg {}.{}: {object}: this copy cannot be read and its repair did not finish: {reason}", pg.pool, pg.pg)]
     RepairUnfinished { pg: PgId, object: ObjectId, reason: String },
+    /// This OSD's drive, or a member's, is past the cluster's full ratio: no new objects.
+    #[error("osd.{osd} is {used_percent}% full, at or past the full ratio of {full_percent}%: no new objects")]
+    Full { osd: u32, used_percent: u32, full_percent: u32 },
     #[error("engine: {0}")]
     Engine(#[from] EngineError),
 }
@@ -102,6 +105,7 @@ impl OpError {
             OpError::OutOfRange(_) => Status::OutOfRange,
             OpError::NoSuchObject => Status::NoSuchObject,
             OpError::Engine(error) => engine_status(error),
+            OpError::Full { .. } => Status::NoSpace,
             // A secondary's lack of space is the write's; anything else it answers is a state
             // the write outlives by retrying (a failed drive stops its OSD, which then leaves
             // the PG).
@@ -163,7 +167,16 @@ pub(crate) struct Osd {
     /// Paces recovery, backfill and scrub against client ops (`pacer.rs`).
     pub(crate) pacer: Pacer,
     scrubs: scrub::ScrubLog,
+    /// Members that answered a write with `NoSpace`, and when: new objects of their PGs are
+    /// refused for [`MEMBER_FULL_HOLD`] before this OSD writes its own copy.
+    members_full: std::cell::RefCell<std::collections::BTreeMap<u32, tokio::time::Instant>>,
 }
+
+/// How long the engine sees nothing before the OSD asks it to empty its journal.
+const IDLE_WRITEBACK_AFTER: Duration = Duration::from_secs(2);
+
+/// How long a member's `NoSpace` keeps a primary from creating objects in its PGs.
+const MEMBER_FULL_HOLD: Duration = Duration::from_secs(5);
 
 /// Counts an op in flight, for the shutdown's wait.
 struct OpGuard<'a> {
@@ -210,7 +223,33 @@ impl Osd {
             stopping: Cell::new(false),
             pacer,
             scrubs: scrub::ScrubLog::default(),
+            members_full: Default::default(),
         }
+    }
+
+    /// Refuses a new object (`object` not held here) while this OSD's drive is past the full
+    /// ratio, or while one of `members` answered `NoSpace` within [`MEMBER_FULL_HOLD`]:
+    /// overwrites and deletes go on, and a write is refused before any copy of it is made.
+    pub(super) fn refuse_new_object(&self, object: ObjectId, members: &[u32]) -> Result<(), OpError> {
+        if self.object_exists(object) {
+            return Ok(());
+        }
+        let full_percent = self.map.borrow().settings.full_ratio_percent;
+        let used_percent = self.engine.with(|engine| engine.used_percent());
+        if used_percent >= full_percent {
+            return Err(OpError::Full { osd: self.id, used_percent, full_percent });
+        }
+        let mut full = self.members_full.borrow_mut();
+        full.retain(|_, at| at.elapsed() < MEMBER_FULL_HOLD);
+        match members.iter().find(|member| full.contains_key(member)) {
+            Some(&osd) => Err(OpError::Full { osd, used_percent: 100, full_percent }),
+            None => Ok(()),
+        }
+    }
+
+    /// Remembers that `member` answered a write with `NoSpace`.
+    pub(super) fn member_full(&self, member: u32) {
+        self.members_full.borrow_mut().insert(member, tokio::time::Instant::now());
     }
 
     /// Sets the pace of background copies every tick, for as long as the OSD runs.
@@ -222,6 +261,7 @@ impl Osd {
             tick.tick().await;
             let settings = self.map.borrow().settings.clone();
             self.pacer.tick(&settings);
+            self.engine.write_back_when_idle(IDLE_WRITEBACK_AFTER);
             let (rate, granted) = self.pacer.figures();
             if logged.0.elapsed() >= Duration::from_secs(10) && granted != logged.1 {
                 let copied = granted - logged.1;

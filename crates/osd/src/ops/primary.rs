@@ -172,6 +172,9 @@ impl Osd {
             // Never written here, so nowhere in the PG (the primary holds every object).
             return Ok(());
         }
+        if known.is_none() {
+            self.refuse_new_object(object, &members[1..])?;
+        }
         self.ensure_recorded(state).await?;
         // Peering tells a deleted object from one never received only by its version, so a PG
         // that is not clean keeps the object and zeros it.
@@ -253,6 +256,9 @@ impl Osd {
         };
         for ((osd, _), result) in secondaries.iter().zip(remotes) {
             let outcome = secondary_outcome(*osd, epoch, result);
+            if let Err(OpError::SecondaryFailed { status: Status::NoSpace, osd }) = &outcome {
+                self.member_full(*osd);
+            }
             if let Err(OpError::SecondaryFailed { status: Status::Busy, .. }) = &outcome {
                 // It may remember a newer version of the object than this one (a copy it
                 // deleted): the retry mints above.

@@ -16,6 +16,9 @@ impl Osd {
         offset_bytes: u32,
         data: &[u8],
     ) -> Result<Response, OpError> {
+        // A copy of an object this member lacks (a client's new object, or recovery's and
+        // backfill's copies) takes new space: never past the full ratio.
+        self.refuse_new_object(object, &[])?;
         let request =
             EngineRequest::WriteVersioned { object, offset_bytes, data: AlignedBuffer::from_slice(data), version };
         self.apply_versioned(object, version, request).await?;
