@@ -94,9 +94,8 @@ fn whole_domain_down(map: &ClusterMap, osd: u32) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
 
-    use cluster::{OsdLiveRecord, OsdRecord, SettingsRecord};
+    use cluster::SettingsRecord;
 
     use super::*;
 
@@ -104,29 +103,10 @@ mod tests {
     fn map(osds: &[(u32, &str, &str)], live: &[u32]) -> ClusterMap {
         let mut map = ClusterMap::default();
         for &(id, host, rack) in osds {
-            let record = OsdRecord {
-                version: 1,
-                id,
-                host: host.into(),
-                rack: rack.into(),
-                tags: BTreeSet::new(),
-                weight: 1.0,
-                capacity_bytes: 1 << 30,
-                out: false,
-                auto_out: false,
-                down_mark: None,
-            };
-            map.osds.insert(id, record);
+            map.osds.insert(id, crate::test_maps::osd(id, host, rack));
         }
         for &id in live {
-            let record = OsdLiveRecord {
-                version: 1,
-                address: format!("127.0.0.1:{id}"),
-                incarnation: 1,
-                local: None,
-                lease_ttl_s: 3,
-            };
-            map.live.insert(id, record);
+            map.live.insert(id, crate::test_maps::live(id, 1));
         }
         map.settings = SettingsRecord { down_out_interval_s: 60, ..SettingsRecord::default() };
         map

@@ -25,6 +25,8 @@ pub mod reaper;
 mod recovery_rate;
 pub mod scrub;
 pub mod stderr_log;
+#[cfg(test)]
+mod test_maps;
 pub mod views;
 
 use std::collections::BTreeMap;

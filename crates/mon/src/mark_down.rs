@@ -231,32 +231,13 @@ fn millis(duration: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cluster::{OsdRecord, PeerReportRecord, ReportedPeer};
+    use cluster::{PeerReportRecord, ReportedPeer};
 
     fn map(osds: u32) -> ClusterMap {
         let mut map = ClusterMap::default();
         for id in 0..osds {
-            let record = OsdRecord {
-                version: 1,
-                id,
-                host: format!("h{id}"),
-                rack: "r".into(),
-                tags: Default::default(),
-                weight: 1.0,
-                capacity_bytes: 1 << 30,
-                out: false,
-                auto_out: false,
-                down_mark: None,
-            };
-            map.osds.insert(id, record);
-            let live = OsdLiveRecord {
-                version: 1,
-                address: format!("127.0.0.1:{id}"),
-                incarnation: 100 + i64::from(id),
-                local: None,
-                lease_ttl_s: 3,
-            };
-            map.live.insert(id, live);
+            map.osds.insert(id, crate::test_maps::osd(id, &format!("h{id}"), "r"));
+            map.live.insert(id, crate::test_maps::live(id, 100 + i64::from(id)));
         }
         map
     }

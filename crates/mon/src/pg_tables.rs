@@ -175,7 +175,7 @@ fn acting_set(target: &[u32], up: &BTreeSet<u32>, previous: Option<&[u32]>, done
 mod tests {
     use std::collections::BTreeMap;
 
-    use cluster::{FailureDomainName, OsdLiveRecord, Redundancy};
+    use cluster::{FailureDomainName, Redundancy};
 
     use super::*;
 
@@ -197,35 +197,10 @@ mod tests {
     fn map(osds: &[(u32, &str)], live: &[u32]) -> ClusterMap {
         let mut map = ClusterMap::default();
         for &(id, host) in osds {
-            let record = OsdRecord {
-                version: 1,
-                id,
-                host: host.into(),
-                rack: "r".into(),
-                tags: BTreeSet::new(),
-                weight: 1.0,
-                capacity_bytes: 1 << 40,
-                out: false,
-                auto_out: false,
-                down_mark: None,
-            };
+            let record = OsdRecord { capacity_bytes: 1 << 40, ..crate::test_maps::osd(id, host, "r") };
             map.osds.insert(id, record);
         }
-        map.live = live
-            .iter()
-            .map(|&id| {
-                (
-                    id,
-                    OsdLiveRecord {
-                        version: 1,
-                        address: format!("127.0.0.1:{id}"),
-                        incarnation: 1,
-                        local: None,
-                        lease_ttl_s: 3,
-                    },
-                )
-            })
-            .collect::<BTreeMap<_, _>>();
+        map.live = live.iter().map(|&id| (id, crate::test_maps::live(id, 1))).collect::<BTreeMap<_, _>>();
         map
     }
 

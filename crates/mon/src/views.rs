@@ -672,40 +672,19 @@ pub fn status_view(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeMap;
 
-    use cluster::{ClusterMap, OsdLiveRecord, OsdRecord};
+    use cluster::ClusterMap;
 
     use super::{status_view, OsdAnswers, RecoveryView};
 
     fn map(osds: &[u32], live: &[u32]) -> ClusterMap {
         let mut map = ClusterMap::default();
         for &id in osds {
-            let record = OsdRecord {
-                version: 1,
-                id,
-                host: format!("h{id}"),
-                rack: "r".into(),
-                tags: BTreeSet::new(),
-                weight: 1.0,
-                capacity_bytes: 1 << 30,
-                out: false,
-                auto_out: false,
-                down_mark: None,
-            };
-            map.osds.insert(id, record);
+            map.osds.insert(id, crate::test_maps::osd(id, &format!("h{id}"), "r"));
         }
         for &id in live {
-            map.live.insert(
-                id,
-                OsdLiveRecord {
-                    version: 1,
-                    address: format!("127.0.0.1:{id}"),
-                    incarnation: 1,
-                    local: None,
-                    lease_ttl_s: 3,
-                },
-            );
+            map.live.insert(id, crate::test_maps::live(id, 1));
         }
         map
     }
