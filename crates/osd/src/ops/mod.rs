@@ -170,6 +170,29 @@ pub(crate) struct Osd {
     /// Members that answered a write with `NoSpace`, and when: new objects of their PGs are
     /// refused for [`MEMBER_FULL_HOLD`] before this OSD writes its own copy.
     members_full: std::cell::RefCell<std::collections::BTreeMap<u32, tokio::time::Instant>>,
+    /// PGs that came up clean since the last summary line.
+    quiet_activations: QuietActivations,
+}
+
+/// Counts PGs that came up clean, for one summary line once a burst of them is over (a healthy
+/// start logs one line per OSD, not one per PG).
+#[derive(Default)]
+struct QuietActivations {
+    count: Cell<u64>,
+    last: Cell<Option<tokio::time::Instant>>,
+}
+
+impl QuietActivations {
+    fn note(&self) {
+        self.count.set(self.count.get() + 1);
+        self.last.set(Some(tokio::time::Instant::now()));
+    }
+
+    /// The count, once a second has passed since the last activation; resets it.
+    fn take_settled(&self) -> Option<u64> {
+        let settled = self.last.get().is_some_and(|last| last.elapsed() >= Duration::from_secs(1));
+        (settled && self.count.get() > 0).then(|| self.count.replace(0))
+    }
 }
 
 /// How long the engine sees nothing before the OSD asks it to empty its journal.
@@ -224,6 +247,7 @@ impl Osd {
             pacer,
             scrubs: scrub::ScrubLog::default(),
             members_full: Default::default(),
+            quiet_activations: QuietActivations::default(),
         }
     }
 
@@ -262,6 +286,9 @@ impl Osd {
             let settings = self.map.borrow().settings.clone();
             self.pacer.tick(&settings);
             self.engine.write_back_when_idle(IDLE_WRITEBACK_AFTER);
+            if let Some(count) = self.quiet_activations.take_settled() {
+                tracing::info!(osd = self.id, pgs = count, led = self.pgs.all().len(), "pgs active and clean");
+            }
             let (rate, granted) = self.pacer.figures();
             if logged.0.elapsed() >= Duration::from_secs(10) && granted != logged.1 {
                 let copied = granted - logged.1;

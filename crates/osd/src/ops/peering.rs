@@ -102,12 +102,20 @@ impl Osd {
                     let clean = active.clean();
                     let members = format!("{:?}", active.acting);
                     if osd.pgs.set_phase(&state, Phase::Active(active)) {
-                        tracing::info!(
-                            osd = osd.id, pg = %state.id, epoch = state.epoch, members,
-                            peering_ms = started.elapsed().as_millis() as u64,
-                            since_first_sign_ms = state.since.elapsed().as_millis() as u64,
-                            state = state.state_code().name(), "pg active"
-                        );
+                        let peering_ms = started.elapsed().as_millis() as u64;
+                        let since_first_sign_ms = state.since.elapsed().as_millis() as u64;
+                        let code = state.state_code();
+                        // A PG that comes up clean is the healthy case: counted into one summary
+                        // line (`Osd::log_quiet_activations`), not logged one by one.
+                        if code == wire::PgStateCode::Clean {
+                            osd.quiet_activations.note();
+                            tracing::debug!(osd = osd.id, pg = %state.id, epoch = state.epoch, members, peering_ms, since_first_sign_ms, "pg active and clean");
+                        } else {
+                            tracing::info!(
+                                osd = osd.id, pg = %state.id, epoch = state.epoch, members, peering_ms,
+                                since_first_sign_ms, state = code.name(), "pg active"
+                            );
+                        }
                         if recovery || clean {
                             tokio::task::spawn_local(osd.clone().recover(state));
                         }

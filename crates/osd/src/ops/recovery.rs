@@ -367,13 +367,14 @@ impl Osd {
     async fn record_clean(self: &Rc<Self>, state: &Rc<Pg>) {
         let pg = state.id;
         let _recording = state.recording.lock().await;
-        let Some((history, revision, needed)) = state.with_active(|active| {
+        let Some((history, revision, needed, first)) = state.with_active(|active| {
             // A PG's first clean record is written too: from then on its history always names
             // the members that hold its writes, which is what lets peering tell them from others.
             let needed = !active.history.intervals.is_empty()
                 || active.history.clean.as_ref().is_none_or(|clean| !same_members(&clean.members, &active.acting));
             let clean = Interval { epoch: state.epoch, members: active.acting.clone() };
-            (History { clean: Some(clean), intervals: Vec::new() }, active.history_revision, needed)
+            let first = active.history.clean.is_none();
+            (History { clean: Some(clean), intervals: Vec::new() }, active.history_revision, needed, first)
         }) else {
             return;
         };
@@ -381,6 +382,8 @@ impl Osd {
             return;
         }
         match self.write_history(state, history, revision).await {
+            // A new PG's first record is the healthy start, not news.
+            Ok(Written::At(_)) if first => tracing::debug!(osd = self.id, pg = %pg, epoch = state.epoch, "pg clean"),
             Ok(Written::At(_)) => tracing::info!(osd = self.id, pg = %pg, epoch = state.epoch, "pg clean"),
             Ok(Written::Changed) => {}
             Err(reason) => tracing::warn!(osd = self.id, pg = %pg, %reason, "cannot record the pg clean"),
