@@ -14,6 +14,7 @@
 //! `docs/adr/0002-engine-journal-and-redirect.md` and `docs/adr/0009-journal-records-in-flight.md`
 //! for the reasoning.
 
+mod changes;
 mod engine;
 mod index;
 pub mod layout;

@@ -251,7 +251,9 @@ async fn ask_osds(map: &ClusterMap) -> views::OsdAnswers {
                     other => return Err(format!("answered {:?}", other.opcode())),
                 };
                 match pgs.map_err(|error| error.to_string())?.response {
-                    wire::Response::PgStates { history_writes, pgs } => Ok((used_bytes, history_writes, pgs)),
+                    wire::Response::PgStates { history_writes, copied_bytes, pgs } => {
+                        Ok((used_bytes, (history_writes, copied_bytes), pgs))
+                    }
                     other => Err(format!("answered {:?}", other.opcode())),
                 }
             };
@@ -263,10 +265,11 @@ async fn ask_osds(map: &ClusterMap) -> views::OsdAnswers {
     let mut answers = views::OsdAnswers::default();
     while let Some(joined) = asks.join_next().await {
         match joined {
-            Ok((osd, _, Ok(((used_bytes, total_bytes), history_writes, pgs)))) => {
+            Ok((osd, _, Ok(((used_bytes, total_bytes), (history_writes, copied_bytes), pgs)))) => {
                 answers.used_bytes.insert(osd, used_bytes);
                 answers.total_bytes.insert(osd, total_bytes);
                 answers.history_writes.insert(osd, history_writes);
+                answers.copied_bytes.insert(osd, copied_bytes);
                 for report in pgs {
                     answers.pgs.insert((report.pg.pool, report.pg.pg), (osd, report));
                 }

@@ -203,6 +203,8 @@ pub struct OsdAnswers {
     pub pgs: BTreeMap<(u32, u32), (u32, wire::PgReport)>,
     /// Metadata-store writes of PG histories per OSD since it started.
     pub history_writes: BTreeMap<u32, u64>,
+    /// Object data each OSD sent to members catching up or backfilling since it started.
+    pub copied_bytes: BTreeMap<u32, u64>,
 }
 
 /// Every PG of `pool` with its state.
@@ -455,7 +457,8 @@ pub struct OsdDownView {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct RecoveryView {
     pub objects_left: u64,
-    /// At most: objects are copied whole, written or not.
+    /// At most: objects counted whole, though a member back from a short outage receives only
+    /// the pages that changed.
     pub bytes_left: u64,
     /// The primaries' copy rates over the last 30 s, summed, as the answering mon saw them at
     /// its statuses; `null` before one made progress.
@@ -483,6 +486,10 @@ pub struct StatusView {
     /// started.
     #[serde(default)]
     pub pg_history_writes: u64,
+    /// Object data the up OSDs that answered sent to members catching up or backfilling, since
+    /// each started: whole objects, or only the pages that changed while a member was away.
+    #[serde(default)]
+    pub copied_bytes: u64,
     pub capacity: Capacity,
     /// The OSDs at or past the near-full ratio, fullest first.
     #[serde(default)]
@@ -661,6 +668,7 @@ pub fn status_view(
         pgs: summary,
         recovery,
         pg_history_writes: up.iter().filter_map(|id| answers.history_writes.get(id)).sum(),
+        copied_bytes: up.iter().filter_map(|id| answers.copied_bytes.get(id)).sum(),
         capacity: Capacity {
             total_bytes: map.osds.values().map(|osd| osd.capacity_bytes).sum(),
             used_bytes: (reporting > 0).then(|| reports.iter().sum()),

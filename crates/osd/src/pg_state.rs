@@ -51,8 +51,8 @@ pub(crate) struct Active {
     pub(crate) history: History,
     pub(crate) history_revision: i64,
     /// Acting members that take new writes but still lack objects: what each must receive,
-    /// and at least which version.
-    pub(crate) missing: BTreeMap<u32, BTreeMap<ObjectId, u64>>,
+    /// and the version of it the member holds (`None`: none), which catch-up builds on.
+    pub(crate) missing: BTreeMap<u32, BTreeMap<ObjectId, Option<u64>>>,
     /// Acting members whose lists peering did not get: what they lack is not known yet, so no
     /// write goes to them until recovery has listed them.
     pub(crate) unlisted: BTreeSet<u32>,
@@ -188,6 +188,8 @@ pub(crate) struct PgStates {
     drained: Notify,
     /// Store writes of PG histories since the OSD started.
     history_writes: Cell<u64>,
+    /// Object data sent to members catching up or backfilling since the OSD started.
+    copied_bytes: Cell<u64>,
 }
 
 impl PgStates {
@@ -285,6 +287,14 @@ impl PgStates {
     pub(crate) fn history_writes(&self) -> u64 {
         self.history_writes.get()
     }
+
+    pub(crate) fn count_copied(&self, bytes: u64) {
+        self.copied_bytes.set(self.copied_bytes.get() + bytes);
+    }
+
+    pub(crate) fn copied_bytes(&self) -> u64 {
+        self.copied_bytes.get()
+    }
 }
 
 /// A write in flight, counted per PG.
@@ -337,7 +347,7 @@ mod tests {
         // osd 3 back and catching up at epoch 3: {1, 2} must be reached anyway and takes every
         // write of epoch 3, so nothing more is written.
         let mut back = active(&[1, 2, 3], &[1, 2, 3], History { clean: None, intervals: vec![interval(2, &[1, 2])] });
-        back.missing.insert(3, BTreeMap::from([(ObjectId { inode: 1, stripe: 0 }, 7)]));
+        back.missing.insert(3, BTreeMap::from([(ObjectId { inode: 1, stripe: 0 }, Some(7))]));
         assert!(!back.clean());
         assert!(back.recorded(3));
         // Down to osd 2 alone after {1, 2}: a later peering may reach only osd 1 for {1, 2},
@@ -349,7 +359,7 @@ mod tests {
         let mut backfill =
             active(&[1, 2, 3, 4], &[1, 2, 4], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
         assert!(backfill.recorded(2), "the clean set is acting");
-        backfill.missing.insert(4, BTreeMap::from([(ObjectId { inode: 1, stripe: 0 }, 7)]));
+        backfill.missing.insert(4, BTreeMap::from([(ObjectId { inode: 1, stripe: 0 }, Some(7))]));
         assert!(!backfill.clean());
         backfill.missing.clear();
         assert!(backfill.clean());
@@ -366,7 +376,7 @@ mod tests {
         let object = ObjectId { inode: 1, stripe: 0 };
         let mut back =
             active(&[1, 2, 3], &[1, 2, 3], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
-        back.missing.insert(3, BTreeMap::from([(object, 7)]));
+        back.missing.insert(3, BTreeMap::from([(object, None)]));
         assert!(back.is_complete(1) && back.is_complete(2) && !back.is_complete(3) && !back.is_complete(4));
         assert!(!back.recorded(3), "the clean set includes a member that misses writes");
         assert_eq!(back.with_interval(3).intervals, vec![interval(3, &[1, 2])]);

@@ -76,7 +76,7 @@ pub(crate) async fn pg_views(store: &Arc<dyn MetaStore>) -> Result<(Vec<PgView>,
         let Ok(connection) = net::connect(address).await else { continue };
         let reply = tokio::time::timeout(Duration::from_secs(2), connection.call(0, wire::Request::PgStates)).await;
         if let Ok(Ok(reply)) = reply {
-            if let wire::Response::PgStates { history_writes, pgs } = reply.response {
+            if let wire::Response::PgStates { history_writes, pgs, .. } = reply.response {
                 answers.history_writes.insert(osd, history_writes);
                 for report in pgs {
                     answers.pgs.insert((report.pg.pool, report.pg.pg), (osd, report));

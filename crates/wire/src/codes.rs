@@ -34,6 +34,9 @@ pub enum Opcode {
     SecDelete = 18,
     /// Secondary: list the objects of a PG with their versions (peering).
     SecList = 19,
+    /// Secondary: bring one object from the version the member holds to a newer one by writing
+    /// only the pages that changed in between (catch-up).
+    SecWritePages = 20,
     /// Admin: the version and data checksum of one object (replica comparison).
     ObjectInfo = 32,
     /// Admin: liveness check and round-trip measurement.
@@ -48,7 +51,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 15] = [
+    pub const ALL: [Opcode; 16] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
@@ -59,6 +62,7 @@ impl Opcode {
         Opcode::SecWrite,
         Opcode::SecDelete,
         Opcode::SecList,
+        Opcode::SecWritePages,
         Opcode::ObjectInfo,
         Opcode::Ping,
         Opcode::Space,
@@ -77,7 +81,7 @@ impl Opcode {
 
     /// True for OSD-to-OSD ops, which only a PG's primary may send.
     pub fn is_secondary(self) -> bool {
-        matches!(self, Opcode::SecRead | Opcode::SecWrite | Opcode::SecDelete | Opcode::SecList)
+        matches!(self, Opcode::SecRead | Opcode::SecWrite | Opcode::SecDelete | Opcode::SecList | Opcode::SecWritePages)
     }
 }
 
@@ -118,11 +122,14 @@ pub enum Status {
     Unsupported = 10,
     /// The request broke a protocol rule; the responder closes the connection after this reply.
     ProtocolError = 11,
+    /// The responder does not hold a readable copy of the object at the version a
+    /// SecWritePages builds on; the sender copies the whole object instead.
+    BaseNotHeld = 12,
 }
 
 impl Status {
     /// Every status, in numeric order.
-    pub const ALL: [Status; 12] = [
+    pub const ALL: [Status; 13] = [
         Status::Ok,
         Status::NotPrimary,
         Status::WrongEpoch,
@@ -135,6 +142,7 @@ impl Status {
         Status::Busy,
         Status::Unsupported,
         Status::ProtocolError,
+        Status::BaseNotHeld,
     ];
 
     /// The status with this number, or `None` if this build does not know it.
@@ -173,7 +181,7 @@ mod tests {
         }
         assert_eq!(Opcode::from_u16(0), None);
         assert_eq!(Opcode::from_u16(u16::MAX), None);
-        assert_eq!(Status::from_u32(12), None);
+        assert_eq!(Status::from_u32(13), None);
         assert_eq!(Status::from_u32(u32::MAX), None);
     }
 }

@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn unknown_status() {
-        for status in [12u32, 0x100, u32::MAX] {
+        for status in [13u32, 0x100, u32::MAX] {
             let mut bytes = sample(Opcode::Ping, true);
             set(&mut bytes, field_offset::STATUS, &status.to_le_bytes());
             reseal(&mut bytes);
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn status_in_request() {
-        for status in [Status::WrongEpoch.as_u32(), 12] {
+        for status in [Status::WrongEpoch.as_u32(), 13] {
             let mut bytes = sample(Opcode::Read, false);
             set(&mut bytes, field_offset::STATUS, &status.to_le_bytes());
             reseal(&mut bytes);
@@ -371,8 +371,13 @@ mod tests {
 
     #[test]
     fn trailing_bytes() {
-        let with_data =
-            [(Opcode::Write, false), (Opcode::SecWrite, false), (Opcode::Read, true), (Opcode::SecRead, true)];
+        let with_data = [
+            (Opcode::Write, false),
+            (Opcode::SecWrite, false),
+            (Opcode::SecWritePages, false),
+            (Opcode::Read, true),
+            (Opcode::SecRead, true),
+        ];
         for opcode in Opcode::ALL {
             for reply in [false, true] {
                 if with_data.contains(&(opcode, reply)) {

@@ -31,6 +31,10 @@ impl std::fmt::Display for PgId {
 /// An object: the engine's `ObjectId` (`types`), encoded field by field.
 pub use types::ObjectId;
 
+/// The `base_version` of a SecWritePages to a member that holds no copy of the object: no
+/// version is 0.
+pub const ABSENT_VERSION: u64 = 0;
+
 /// One entry of a PgStates reply: a PG its primary serves, or is bringing up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PgReport {
@@ -142,6 +146,18 @@ pub enum Request {
         object: ObjectId,
         version: u64,
     },
+    /// Writes the pages of `object` set in `page_mask` (bit `i`: page `i`), whose contents
+    /// `data` holds in page order, and gives the object `version`, if the member holds it at
+    /// exactly `base_version` ([`ABSENT_VERSION`]: holds no copy); the pages not in the mask
+    /// are the same in both versions (zeros, from no copy).
+    SecWritePages {
+        pg: PgId,
+        object: ObjectId,
+        base_version: u64,
+        version: u64,
+        page_mask: u64,
+        data: Bytes,
+    },
     /// Lists at most `count_max` objects of the PG from `start` on, in `(inode, stripe)` order.
     /// A reply with fewer than `count_max` entries is the last; otherwise ask again from the
     /// successor of the last entry.
@@ -190,6 +206,7 @@ pub enum Response {
     SecList {
         entries: Vec<ListEntry>,
     },
+    SecWritePages,
     /// `data_crc32c` covers the object's whole `object_size` bytes, unwritten ranges as zeros.
     ObjectInfo {
         version: u64,
@@ -206,9 +223,11 @@ pub enum Response {
         total_bytes: u64,
         object_count: u64,
     },
-    /// `history_writes`: metadata-store writes of PG histories since the OSD started.
+    /// `history_writes`: metadata-store writes of PG histories since the OSD started;
+    /// `copied_bytes`: object data it sent to members catching up or backfilling since then.
     PgStates {
         history_writes: u64,
+        copied_bytes: u64,
         pgs: Vec<PgReport>,
     },
     /// `objects`: the volume's objects in the PGs the OSD leads; `degraded_objects`: those some
@@ -254,6 +273,7 @@ impl Request {
             Request::SecWrite { .. } => Opcode::SecWrite,
             Request::SecDelete { .. } => Opcode::SecDelete,
             Request::SecList { .. } => Opcode::SecList,
+            Request::SecWritePages { .. } => Opcode::SecWritePages,
             Request::ObjectInfo { .. } => Opcode::ObjectInfo,
             Request::Ping => Opcode::Ping,
             Request::Space => Opcode::Space,
@@ -274,6 +294,7 @@ impl Request {
             | Request::SecWrite { pg, .. }
             | Request::SecDelete { pg, .. }
             | Request::SecList { pg, .. }
+            | Request::SecWritePages { pg, .. }
             | Request::ObjectInfo { pg, .. }
             | Request::Stat { pg, .. } => Some(pg),
             Request::Flush | Request::Ping | Request::Space | Request::PgStates | Request::VolumeRedundancy { .. } => {
@@ -295,6 +316,7 @@ impl Response {
             Response::SecWrite => Opcode::SecWrite,
             Response::SecDelete => Opcode::SecDelete,
             Response::SecList { .. } => Opcode::SecList,
+            Response::SecWritePages => Opcode::SecWritePages,
             Response::ObjectInfo { .. } => Opcode::ObjectInfo,
             Response::Ping => Opcode::Ping,
             Response::Space { .. } => Opcode::Space,
@@ -338,7 +360,7 @@ impl Frame {
         match &self.body {
             Body::Request(request) => request_fields_size_bytes(request.opcode()) + request_data(request).len(),
             Body::Response(Response::SecList { entries }) => 4 + entries.len() * LIST_ENTRY_SIZE_BYTES as usize,
-            Body::Response(Response::PgStates { pgs, .. }) => 12 + pgs.len() * PG_REPORT_SIZE_BYTES as usize,
+            Body::Response(Response::PgStates { pgs, .. }) => 20 + pgs.len() * PG_REPORT_SIZE_BYTES as usize,
             Body::Response(response) => reply_fields_size_bytes(response) + response_data(response).len(),
         }
     }
@@ -436,6 +458,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
         Opcode::SecWrite => PG + OBJECT + 8 + 4,
         Opcode::SecDelete => PG + OBJECT + 8,
         Opcode::SecList => PG + OBJECT + 4,
+        Opcode::SecWritePages => PG + OBJECT + 8 + 8 + 8,
         Opcode::ObjectInfo | Opcode::Stat => PG + OBJECT,
     }
 }
@@ -448,7 +471,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
         Response::Stat { .. } => 8,
         Response::Space { .. } => 24,
         Response::SecList { .. } => 4,
-        Response::PgStates { .. } => 8 + 4,
+        Response::PgStates { .. } => 8 + 8 + 4,
         Response::VolumeRedundancy { .. } => 16,
         _ => 0,
     }
@@ -456,7 +479,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
 
 fn request_data(request: &Request) -> &[u8] {
     match request {
-        Request::Write { data, .. } | Request::SecWrite { data, .. } => data,
+        Request::Write { data, .. } | Request::SecWrite { data, .. } | Request::SecWritePages { data, .. } => data,
         _ => &[],
     }
 }
@@ -509,6 +532,14 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
             put_object(out, *start);
             put_u32(out, *count_max);
         }
+        Request::SecWritePages { pg, object, base_version, version, page_mask, data } => {
+            put_pg(out, *pg);
+            put_object(out, *object);
+            put_u64(out, *base_version);
+            put_u64(out, *version);
+            put_u64(out, *page_mask);
+            out.extend_from_slice(data);
+        }
         Request::ObjectInfo { pg, object } | Request::Stat { pg, object } => {
             put_pg(out, *pg);
             put_object(out, *object);
@@ -525,6 +556,7 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
         | Response::Flush
         | Response::SecWrite
         | Response::SecDelete
+        | Response::SecWritePages
         | Response::Ping => {}
         Response::SecRead { version, data } => {
             put_u64(out, *version);
@@ -548,8 +580,9 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
             put_u64(out, *total_bytes);
             put_u64(out, *object_count);
         }
-        Response::PgStates { history_writes, pgs } => {
+        Response::PgStates { history_writes, copied_bytes, pgs } => {
             put_u64(out, *history_writes);
+            put_u64(out, *copied_bytes);
             put_u32(out, pgs.len() as u32);
             for report in pgs {
                 put_pg(out, report.pg);
@@ -606,6 +639,14 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         },
         Opcode::SecDelete => Request::SecDelete { pg: reader.pg()?, object: reader.object()?, version: reader.u64()? },
         Opcode::SecList => Request::SecList { pg: reader.pg()?, start: reader.object()?, count_max: reader.u32()? },
+        Opcode::SecWritePages => Request::SecWritePages {
+            pg: reader.pg()?,
+            object: reader.object()?,
+            base_version: reader.u64()?,
+            version: reader.u64()?,
+            page_mask: reader.u64()?,
+            data: reader.rest(),
+        },
         Opcode::ObjectInfo => Request::ObjectInfo { pg: reader.pg()?, object: reader.object()? },
         Opcode::Ping => Request::Ping,
         Opcode::Space => Request::Space,
@@ -628,6 +669,7 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
         }
         Opcode::SecWrite => Response::SecWrite,
         Opcode::SecDelete => Response::SecDelete,
+        Opcode::SecWritePages => Response::SecWritePages,
         Opcode::SecList => {
             reader.require(4)?;
             let count = reader.u32()?;
@@ -653,11 +695,12 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
             Response::Stat { version: reader.u64()? }
         }
         Opcode::PgStates => {
-            reader.require(12)?;
+            reader.require(20)?;
             let history_writes = reader.u64()?;
+            let copied_bytes = reader.u64()?;
             let count = reader.u32()?;
             // Checked against the bytes present before allocating, as for SecList.
-            reader.require(12 + u64::from(count) * u64::from(PG_REPORT_SIZE_BYTES))?;
+            reader.require(20 + u64::from(count) * u64::from(PG_REPORT_SIZE_BYTES))?;
             let mut pgs = Vec::with_capacity(count as usize);
             for _ in 0..count {
                 pgs.push(PgReport {
@@ -668,7 +711,7 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
                     objects_left: reader.u64()?,
                 });
             }
-            Response::PgStates { history_writes, pgs }
+            Response::PgStates { history_writes, copied_bytes, pgs }
         }
         Opcode::VolumeRedundancy => {
             reader.require(16)?;

@@ -40,4 +40,4 @@ const _: () = assert!((PAYLOAD_SIZE_MAX_BYTES as u64) + (HEADER_SIZE_BYTES as u6
 pub const PG_REPORT_SIZE_BYTES: u32 = 32;
 
 /// The most entries a PgStates reply carries: an OSD leading more PGs reports the first ones.
-pub const PG_REPORTS_MAX_COUNT: u32 = (PAYLOAD_SIZE_MAX_BYTES - 12) / PG_REPORT_SIZE_BYTES;
+pub const PG_REPORTS_MAX_COUNT: u32 = (PAYLOAD_SIZE_MAX_BYTES - 20) / PG_REPORT_SIZE_BYTES;

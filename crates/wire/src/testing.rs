@@ -19,7 +19,15 @@ pub(crate) fn sample_requests() -> Vec<Request> {
         Request::Trim { pg, inode: 11, offset_bytes: 0, length_bytes: u32::MAX },
         Request::Flush,
         Request::SecRead { pg, object, offset_bytes: 4096, length_bytes: 8192 },
-        Request::SecWrite { pg, object, version: 0x6162_6364_6566_6768, offset_bytes: 12288, data },
+        Request::SecWrite { pg, object, version: 0x6162_6364_6566_6768, offset_bytes: 12288, data: data.clone() },
+        Request::SecWritePages {
+            pg,
+            object,
+            base_version: 0x7172_7374_7576_7778,
+            version: 0x8182_8384_8586_8788,
+            page_mask: 0x9192_9394_9596_9798,
+            data,
+        },
         Request::SecDelete { pg, object, version: u64::MAX },
         Request::SecList { pg, start: object, count_max: 1000 },
         Request::ObjectInfo { pg, object },
@@ -47,6 +55,7 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::SecWrite,
         Response::SecDelete,
         Response::SecList { entries },
+        Response::SecWritePages,
         Response::ObjectInfo { version: 78, data_crc32c: 0xdead_beef },
         Response::Ping,
         Response::Stat { version: 79 },
@@ -54,6 +63,7 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::VolumeRedundancy { objects: 512, degraded_objects: 17 },
         Response::PgStates {
             history_writes: 0x7172_7374_7576_7778,
+            copied_bytes: 0xa1a2_a3a4_a5a6_a7a8,
             pgs: vec![
                 PgReport { pg: PgId { pool: 1, pg: 2 }, epoch: 3, state: 5, members_unlisted: 0, objects_left: 0 },
                 PgReport {

@@ -50,6 +50,16 @@ fn request() -> impl Strategy<Value = Request> {
             Request::SecWrite { pg, object, version, offset_bytes, data }
         }),
         (pg(), object(), any::<u64>()).prop_map(|(pg, object, version)| Request::SecDelete { pg, object, version }),
+        (pg(), object(), any::<u64>(), any::<u64>(), any::<u64>(), data()).prop_map(
+            |(pg, object, base_version, version, page_mask, data)| Request::SecWritePages {
+                pg,
+                object,
+                base_version,
+                version,
+                page_mask,
+                data
+            }
+        ),
         (pg(), object(), any::<u32>()).prop_map(|(pg, start, count_max)| Request::SecList { pg, start, count_max }),
         (pg(), object()).prop_map(|(pg, object)| Request::ObjectInfo { pg, object }),
         (pg(), object()).prop_map(|(pg, object)| Request::Stat { pg, object }),
@@ -78,6 +88,7 @@ fn response() -> impl Strategy<Value = Response> {
         (any::<u64>(), data()).prop_map(|(version, data)| Response::SecRead { version, data }),
         Just(Response::SecWrite),
         Just(Response::SecDelete),
+        Just(Response::SecWritePages),
         vec((object(), any::<u64>()), 0..300).prop_map(|entries| Response::SecList {
             entries: entries.into_iter().map(|(object, version)| ListEntry { object, version }).collect()
         }),
@@ -89,9 +100,10 @@ fn response() -> impl Strategy<Value = Response> {
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(used_bytes, total_bytes, object_count)| {
             Response::Space { used_bytes, total_bytes, object_count }
         }),
-        (any::<u64>(), vec((pg(), any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()), 0..100)).prop_map(
-            |(history_writes, pgs)| Response::PgStates {
+        (any::<u64>(), any::<u64>(), vec((pg(), any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()), 0..100))
+            .prop_map(|(history_writes, copied_bytes, pgs)| Response::PgStates {
                 history_writes,
+                copied_bytes,
                 pgs: pgs
                     .into_iter()
                     .map(|(pg, epoch, state, members_unlisted, objects_left)| PgReport {
@@ -102,8 +114,7 @@ fn response() -> impl Strategy<Value = Response> {
                         objects_left
                     })
                     .collect(),
-            }
-        ),
+            }),
         (opcode(), error_status()).prop_map(|(opcode, status)| Response::Failed { opcode, status }),
     ]
 }

@@ -63,6 +63,14 @@ impl<D: Disk> Engine<D> {
         self.known_version(object)
     }
 
+    /// The pages of `object` its writes changed from version `since` (`None`: from before it
+    /// existed) to version `current` (bit `i`: page `i`), if the engine remembers every one of
+    /// those writes: what a replica holding `since` lacks of `current`. `Some(0)` when the two
+    /// are the same.
+    pub fn pages_changed_since(&self, object: ObjectId, since: Option<u64>, current: u64) -> Option<u64> {
+        self.changes.changed_since(object, since.unwrap_or(crate::changes::ABSENT), current)
+    }
+
     /// Whether `object` exists now (written and not deleted since), as reads see it. Cheap:
     /// RAM only.
     pub fn object_exists(&self, object: ObjectId) -> bool {

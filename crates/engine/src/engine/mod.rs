@@ -37,6 +37,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use platform::{AlignedBuffer, Disk, DiskCompletion, DiskError};
 use stdx::HashMap;
 
+use crate::changes::ChangeLog;
 use crate::index::{Index, IndexEntry};
 use crate::layout::{page_crc, Geometry, JournalEntry, MetaEntry, Superblock, PAGE_SIZE_BYTES};
 use crate::meta_cache::MetaCache;
@@ -69,6 +70,9 @@ pub struct EngineOptions {
     /// record kept here is copied into place from RAM instead of being read back from the
     /// journal. Reads never use it.
     pub record_data_cache_bytes: usize,
+    /// Recent writes whose changed pages are remembered (about 40 bytes each), so a replica
+    /// that missed them receives only those pages (`changes.rs`); 0 remembers none.
+    pub change_log_writes: usize,
 }
 
 impl Default for EngineOptions {
@@ -78,6 +82,7 @@ impl Default for EngineOptions {
             records_in_flight_max: 2,
             record_min_bytes_in_flight: 32 << 10,
             record_data_cache_bytes: 32 << 20,
+            change_log_writes: 1 << 18,
         }
     }
 }
@@ -439,6 +444,8 @@ pub struct Engine<D: Disk> {
     /// Bytes of `RecordInfo::data` held, and the most allowed.
     record_data_cached_bytes: u64,
     record_data_cache_bytes: u64,
+    /// The pages each recent write changed.
+    changes: ChangeLog,
     stats: EngineStats,
 }
 

@@ -154,6 +154,7 @@ impl<D: Disk> Engine<D> {
             record_min_bytes_in_flight: u64::from(options.record_min_bytes_in_flight),
             record_data_cached_bytes: 0,
             record_data_cache_bytes: options.record_data_cache_bytes as u64,
+            changes: crate::changes::ChangeLog::new(options.change_log_writes),
             stats: EngineStats::default(),
         };
         // Versions of deletes that were written back and trimmed survive only in the superblock.

@@ -11,7 +11,7 @@ use super::{
     RecordInfo, SealedEntry, SealedObject, PAGE,
 };
 use crate::layout::{JournalEntry, JournalEntryKind, RecordHeader, PAGE_SIZE_BYTES};
-use crate::{EngineError, ObjectId, Reply, Request};
+use crate::{changes, EngineError, ObjectId, Reply, Request};
 
 /// Largest journal record one group commit writes.
 const RECORD_SIZE_MAX_BYTES: u64 = 4 << 20;
@@ -410,6 +410,24 @@ impl<D: Disk> Engine<D> {
             JournalEntryKind::Big { block } => DirtyKind::Big { block, page_crcs: entry.page_crcs.clone() },
             JournalEntryKind::Delete => DirtyKind::Delete,
         };
+        // A deleted object's version stays known while replay could read its delete, but it
+        // holds nothing: its next write starts from absent.
+        let previous = match self.dirty.get(&entry.object).and_then(|dirty| dirty.entries.last()) {
+            Some(last) if matches!(last.kind, DirtyKind::Delete) => changes::ABSENT,
+            Some(last) => last.version,
+            None => self.index.get(entry.object).map_or(changes::ABSENT, |clean| clean.version),
+        };
+        match &kind {
+            DirtyKind::Small { offset_pages, page_crcs, .. } => {
+                let mask = changes::page_mask(*offset_pages, page_crcs.len() as u32);
+                self.changes.record_write(entry.object, previous, entry.version, mask);
+            }
+            DirtyKind::Big { .. } => {
+                let mask = changes::page_mask(0, self.geometry.pages_per_object());
+                self.changes.record_write(entry.object, previous, entry.version, mask);
+            }
+            DirtyKind::Delete => self.changes.forget(entry.object),
+        }
         let releases_reservation = !matches!(kind, DirtyKind::Small { .. });
         let dirty = self.dirty.entry(entry.object).or_default();
         if let Some(last) = dirty.entries.last() {

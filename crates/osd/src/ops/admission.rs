@@ -72,6 +72,7 @@ impl Role {
             | Request::WriteZeroes { .. }
             | Request::Trim { .. } => Role::Primary,
             Request::SecWrite { .. }
+            | Request::SecWritePages { .. }
             | Request::SecDelete { .. }
             | Request::SecRead { .. }
             | Request::SecList { .. } => Role::Secondary,
@@ -145,7 +146,10 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
         // acting set; only changes need membership.
         Role::Secondary
             if !view.members.contains(&osd.id)
-                && matches!(request, Request::SecWrite { .. } | Request::SecDelete { .. }) =>
+                && matches!(
+                    request,
+                    Request::SecWrite { .. } | Request::SecWritePages { .. } | Request::SecDelete { .. }
+                ) =>
         {
             return Err(OpError::InvalidArgument(format!(
                 "osd.{} is not a member of pg {}.{} at epoch {epoch}",
@@ -169,6 +173,12 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
             check_version(version, epoch)?;
             check_range(osd.object_size_bytes, offset_bytes, data.len() as u64)?;
             Some((object, offset_bytes))
+        }
+        Request::SecWritePages { object, base_version, version, page_mask, ref data, .. } => {
+            let object = check_object(view, object)?;
+            check_version(version, epoch)?;
+            check_pages(osd.object_size_bytes, base_version, version, page_mask, data.len())?;
+            Some((object, 0))
         }
         Request::SecDelete { object, version, .. } => {
             let object = check_object(view, object)?;
@@ -280,6 +290,37 @@ fn locate(
 
 /// A primary of epoch `epoch` mints versions below `(epoch + 1) << 40` (`cluster::mint_version`);
 /// a higher one is a bug or hostile, and storing it would let a later mint overflow.
+/// A SecWritePages' pages: a non-empty mask of the object's pages, one page of data for each,
+/// on top of an older version.
+fn check_pages(
+    object_size_bytes: u32,
+    base_version: u64,
+    version: u64,
+    page_mask: u64,
+    data_bytes: usize,
+) -> Result<(), OpError> {
+    let pages = object_size_bytes / PAGE_SIZE_BYTES;
+    let outside = if pages >= 64 { 0 } else { page_mask >> pages };
+    if page_mask == 0 || outside != 0 {
+        return Err(OpError::InvalidArgument(format!(
+            "page mask {page_mask:#x} names no page or one past the object's {pages}"
+        )));
+    }
+    let expected = page_mask.count_ones() as usize * PAGE_SIZE_BYTES as usize;
+    if data_bytes != expected {
+        return Err(OpError::InvalidArgument(format!(
+            "{data_bytes} bytes of data for the {} pages of mask {page_mask:#x}, which need {expected}",
+            page_mask.count_ones()
+        )));
+    }
+    if base_version >= version {
+        return Err(OpError::InvalidArgument(format!(
+            "base version {base_version:#x} is not older than version {version:#x}"
+        )));
+    }
+    Ok(())
+}
+
 fn check_version(version: u64, epoch: u64) -> Result<(), OpError> {
     if version == 0 || version >> VERSION_COUNTER_BITS > epoch {
         return Err(OpError::InvalidArgument(format!(
@@ -437,6 +478,30 @@ mod tests {
         );
         let delete = Request::SecDelete { pg: pg_id(2), object: object_in(2), version: (EPOCH + 1) << 40 };
         assert_eq!(check(11, true, Some(view(2)), EPOCH, delete), Some(Status::InvalidArgument));
+    }
+
+    #[test]
+    fn pages_name_pages_of_the_object_with_a_page_of_data_each() {
+        let pages = |page_mask: u64, pages: usize, base_version: u64| Request::SecWritePages {
+            pg: pg_id(2),
+            object: object_in(2),
+            base_version,
+            version: EPOCH << 40,
+            page_mask,
+            data: Bytes::from(vec![0; pages * 4096]),
+        };
+        let check_pages = |request| check(11, true, Some(view(2)), EPOCH, request);
+        assert_eq!(check_pages(pages(0b1011, 3, 5)), Some(Status::Ok));
+        assert_eq!(check_pages(pages(1 << 31, 1, 5)), Some(Status::Ok));
+        // No page, a page past the object's 32, data for another count of pages.
+        assert_eq!(check_pages(pages(0, 0, 5)), Some(Status::InvalidArgument));
+        assert_eq!(check_pages(pages(1 << 32, 1, 5)), Some(Status::InvalidArgument));
+        assert_eq!(check_pages(pages(0b11, 1, 5)), Some(Status::InvalidArgument));
+        assert_eq!(check_pages(pages(0b11, 3, 5)), Some(Status::InvalidArgument));
+        // A base at or above the version written.
+        assert_eq!(check_pages(pages(0b1, 1, EPOCH << 40)), Some(Status::InvalidArgument));
+        // Only members take them.
+        assert_eq!(check(13, true, Some(view(2)), EPOCH, pages(0b1, 1, 5)), Some(Status::InvalidArgument));
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub(crate) enum OpError {
     SecondaryAnsweredOther { osd: u32, opcode: Opcode },
     #[error("object {object} is at version {current:#x}, newer than {version:#x}")]
     NewerVersionHeld { object: ObjectId, version: u64, current: u64 },
+    #[error("no readable copy of object {object} at base version {base_version:#x} here: {reason}")]
+    BaseNotHeld { object: ObjectId, base_version: u64, reason: String },
     #[error("pg {}.{} is peering at epoch {epoch}", pg.pool, pg.pg)]
     PgPeering { pg: PgId, epoch: u64 },
     #[error("pg {}.{} is inactive: {reason}", pg.pool, pg.pg)]
@@ -106,6 +108,7 @@ impl OpError {
             OpError::NoSuchObject => Status::NoSuchObject,
             OpError::Engine(error) => engine_status(error),
             OpError::Full { .. } => Status::NoSpace,
+            OpError::BaseNotHeld { .. } => Status::BaseNotHeld,
             // A secondary's lack of space is the write's; anything else it answers is a state
             // the write outlives by retrying (a failed drive stops its OSD, which then leaves
             // the PG).
@@ -399,6 +402,9 @@ impl Osd {
             Request::SecWrite { version, data, .. } => {
                 let (object, offset) = object();
                 self.sec_write(object, version, offset, &data).await
+            }
+            Request::SecWritePages { base_version, version, page_mask, data, .. } => {
+                self.sec_write_pages(object().0, base_version, version, page_mask, &data).await
             }
             Request::SecDelete { version, .. } => self.sec_delete(object().0, version).await,
             Request::SecRead { length_bytes, .. } => {

@@ -222,7 +222,8 @@ impl Osd {
                 self.still_current(state)?;
                 let address = map.address(member).ok_or_else(|| format!("osd.{member} went down"))?;
                 let others = holders(&listings, need, &skip, member);
-                self.push(pg, state.epoch, member, address, need.object, &others).await?;
+                let held = held_version(&listings, member, need.object);
+                self.push(pg, state.epoch, member, address, need.object, held, &others).await?;
             }
         }
         self.still_current(state)?;
@@ -231,7 +232,8 @@ impl Osd {
         for &member in &plan.catching_up {
             match plan.needs.get(&member) {
                 Some(needs) => {
-                    missing.insert(member, needs.iter().map(|need| (need.object, need.version)).collect());
+                    let held = |object| held_version(&listings, member, object);
+                    missing.insert(member, needs.iter().map(|need| (need.object, held(need.object))).collect());
                 }
                 None => {
                     unlisted.insert(member);
@@ -255,7 +257,7 @@ impl Osd {
     pub(super) fn pg_states(&self) -> Response {
         let pgs =
             self.pgs.all().iter().take(wire::limits::PG_REPORTS_MAX_COUNT as usize).map(|pg| pg.report()).collect();
-        Response::PgStates { history_writes: self.pgs.history_writes(), pgs }
+        Response::PgStates { history_writes: self.pgs.history_writes(), copied_bytes: self.pgs.copied_bytes(), pgs }
     }
 
     /// The VolumeRedundancy reply: volume `inode`'s objects in the PGs this OSD leads, and those
@@ -362,6 +364,13 @@ fn holders(listings: &BTreeMap<u32, Listing>, need: &peering::Need, skip: &[u32]
         })
         .map(|(&osd, _)| osd)
         .collect()
+}
+
+/// The version of `object` that `member` listed, if it listed one.
+fn held_version(listings: &BTreeMap<u32, Listing>, member: u32, object: ObjectId) -> Option<u64> {
+    let listing = listings.get(&member)?;
+    let index = listing.binary_search_by_key(&object, |&(object, _)| object).ok()?;
+    Some(listing[index].1)
 }
 
 /// The object after `object` in `(inode, stripe)` order.

@@ -1,7 +1,9 @@
 //! Copying objects between the members of a PG, and the PG's history records
-//! (`docs/design/peering.md`). Objects move whole, at the version the primary holds: a member
-//! never gets a partial write on top of an older copy. Each copy holds the object's write
-//! queue, so it cannot interleave with a client's write of the same object.
+//! (`docs/design/peering.md`). A member gets the version the primary holds: only the pages
+//! that changed since the version it holds, when the primary's engine remembers every write in
+//! between (a member back from a short outage, ADR 0023), else the whole object. Each copy
+//! holds the object's write queue, so it cannot interleave with a client's write of the same
+//! object.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,7 +11,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use cluster::peering::{History, Interval};
-use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest};
+use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest, PAGE_SIZE_BYTES};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 use wire::{Opcode, PgId, Request, Response, Status};
@@ -72,8 +74,10 @@ impl Osd {
         }
     }
 
-    /// Copies `object`, whole, from this OSD to `member`; `holders` are other members holding
-    /// the same version, for when this OSD's copy cannot be read.
+    /// Copies `object` from this OSD to `member`, which holds version `held` of it (`None`: no
+    /// copy); `holders` are other members holding this OSD's version, for when this OSD's copy
+    /// cannot be read. Returns the bytes sent.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn push(
         &self,
         pg: PgId,
@@ -81,13 +85,17 @@ impl Osd {
         member: u32,
         address: &str,
         object: ObjectId,
+        held: Option<u64>,
         holders: &[u32],
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
         let _object = self.locks.write(object).await;
-        self.push_held(pg, epoch, member, address, object, holders).await
+        self.push_held(pg, epoch, member, address, object, held, holders).await
     }
 
-    /// [`Osd::push`] for a caller that holds the object's write queue.
+    /// [`Osd::push`] for a caller that holds the object's write queue. A member holding an
+    /// older version this OSD's engine remembers the writes since receives only the pages they
+    /// changed; any other gets the whole object.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn push_held(
         &self,
         pg: PgId,
@@ -95,13 +103,22 @@ impl Osd {
         member: u32,
         address: &str,
         object: ObjectId,
+        held: Option<u64>,
         holders: &[u32],
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
+        if let Some(sent) = self.push_pages(pg, epoch, member, address, object, held).await? {
+            self.pgs.count_copied(sent);
+            return Ok(sent);
+        }
         let (version, data) = self.copy_to_send(pg, epoch, object, holders).await?;
+        let sent = data.len() as u64;
         let request = Request::SecWrite { pg, object, version, offset_bytes: 0, data };
         let reply = self.peers.call(member, address, epoch, request).await?;
         match reply.response {
-            Response::SecWrite => Ok(()),
+            Response::SecWrite => {
+                self.pgs.count_copied(sent);
+                Ok(sent)
+            }
             Response::Failed { status: Status::Busy, opcode: Opcode::SecWrite } => {
                 Err(format!("{}{object} at version {version:#x}", REFUSED))
             }
@@ -109,6 +126,59 @@ impl Osd {
                 Err(format!("osd.{member} failed the copy of {object}: {status}"))
             }
             other => Err(format!("osd.{member} answered the copy of {object} with {other:?}")),
+        }
+    }
+
+    /// Sends `member`, which holds version `held` of `object` (`None`: no copy), the pages this
+    /// OSD's version changed since then (since the object was created, for no copy). `None`
+    /// when that cannot be done and the whole object must go instead: the engine does not
+    /// remember every write since `held` (it restarted, forgot the oldest, or `held` was never
+    /// on its line), this copy cannot be read, or the member no longer holds `held`. The caller
+    /// holds the object's write queue.
+    async fn push_pages(
+        &self,
+        pg: PgId,
+        epoch: u64,
+        member: u32,
+        address: &str,
+        object: ObjectId,
+        held: Option<u64>,
+    ) -> Result<Option<u64>, String> {
+        let known = self.engine.with(|engine| {
+            let current = engine.object_exists(object).then(|| engine.object_version(object)).flatten()?;
+            Some((current, engine.pages_changed_since(object, held, current)?))
+        });
+        let Some((current, page_mask)) = known else { return Ok(None) };
+        if page_mask == 0 {
+            return Ok(None);
+        }
+        let page = PAGE_SIZE_BYTES as usize;
+        let (first, last) = (page_mask.trailing_zeros(), 63 - page_mask.leading_zeros());
+        let span_bytes = (last - first + 1) * PAGE_SIZE_BYTES;
+        let Ok((version, span)) = self.read(object, first * PAGE_SIZE_BYTES, span_bytes).await else {
+            return Ok(None);
+        };
+        if version != current {
+            return Ok(None);
+        }
+        let mut data = Vec::with_capacity(page_mask.count_ones() as usize * page);
+        for bit in (first..=last).filter(|bit| page_mask & (1 << bit) != 0) {
+            data.extend_from_slice(&span[(bit - first) as usize * page..][..page]);
+        }
+        let sent = data.len() as u64;
+        let base_version = held.unwrap_or(wire::ABSENT_VERSION);
+        let request = Request::SecWritePages { pg, object, base_version, version, page_mask, data: data.into() };
+        let reply = self.peers.call(member, address, epoch, request).await?;
+        match reply.response {
+            Response::SecWritePages => Ok(Some(sent)),
+            Response::Failed { status: Status::BaseNotHeld, opcode: Opcode::SecWritePages } => Ok(None),
+            Response::Failed { status: Status::Busy, opcode: Opcode::SecWritePages } => {
+                Err(format!("{}{object} at version {version:#x}", REFUSED))
+            }
+            Response::Failed { status, opcode: Opcode::SecWritePages } => {
+                Err(format!("osd.{member} failed the copy of {object}'s changed pages: {status}"))
+            }
+            other => Err(format!("osd.{member} answered the copy of {object}'s changed pages with {other:?}")),
         }
     }
 
@@ -324,9 +394,10 @@ impl Osd {
         let ours = self.list_local(pg.pg, pg_count);
         let theirs: BTreeMap<ObjectId, u64> = theirs.into_iter().collect();
         let stale_too = !crate::planted::is_planted(crate::planted::PlantedBug::CatchUpSkipsStaleCopies);
-        let needs: BTreeMap<ObjectId, u64> = ours
+        let needs: BTreeMap<ObjectId, Option<u64>> = ours
             .into_iter()
             .filter(|(object, version)| theirs.get(object).is_none_or(|held| stale_too && held < version))
+            .map(|(object, _)| (object, theirs.get(&object).copied()))
             .collect();
         self.still_current(state)?;
         state.with_active(|active| {
@@ -336,8 +407,8 @@ impl Osd {
         Ok(())
     }
 
-    /// Copies `object` to `member`, which lacks it, when the pacer lets it. Returns the bytes
-    /// sent (none when a client's write copied it meanwhile).
+    /// Copies `object` to `member`, which lacks it or holds an older version, when the pacer
+    /// lets it. Returns the bytes sent (none when a client's write copied it meanwhile).
     async fn copy_missing(self: &Rc<Self>, state: &Rc<Pg>, member: u32, object: ObjectId) -> Result<u64, String> {
         let pg = state.id;
         let map = self.map.borrow().clone();
@@ -351,16 +422,19 @@ impl Osd {
         if still_missing != Some(true) {
             return Ok(0);
         }
-        let holders = state.with_active(|active| holding_members(active, self.id, object)).unwrap_or_default();
-        match self.push_held(pg, state.epoch, member, &address, object, &holders).await {
-            Ok(()) => {}
+        let (holders, held) = state
+            .with_active(|active| (holding_members(active, self.id, object), held_by(active, member, object)))
+            .unwrap_or_default();
+        let sent = match self.push_held(pg, state.epoch, member, &address, object, held, &holders).await {
+            Ok(sent) => sent,
             Err(reason) if reason.starts_with(REFUSED) => {
                 self.rewrite_held(state, object, &holders).await?;
+                u64::from(self.object_size_bytes)
             }
             Err(reason) => return Err(reason),
-        }
+        };
         state.with_active(|active| forget(active, member, object));
-        Ok(u64::from(self.object_size_bytes))
+        Ok(sent)
     }
 
     /// Replaces the PG's history with "clean at this epoch" when it says more than that.
@@ -404,6 +478,11 @@ fn next_copy(active: &Active, copying: &BTreeSet<(u32, ObjectId)>) -> Option<(u3
 fn holding_members(active: &Active, primary: u32, object: ObjectId) -> Vec<u32> {
     let lacking = active.missing_object(object);
     active.acting.iter().copied().filter(|osd| *osd != primary && !lacking.contains(osd)).collect()
+}
+
+/// The version of `object` that `member`, which lacks its newest, holds.
+fn held_by(active: &Active, member: u32, object: ObjectId) -> Option<u64> {
+    active.missing.get(&member).and_then(|objects| objects.get(&object)).copied().flatten()
 }
 
 /// `member` holds `object` now.

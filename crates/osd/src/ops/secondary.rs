@@ -2,7 +2,7 @@
 //! minted, read or list what this member holds). Admission has checked the epoch, membership,
 //! the arguments and the lease.
 
-use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest};
+use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest, PAGE_SIZE_BYTES};
 use wire::{ListEntry, Response};
 
 use super::{OpError, Osd};
@@ -23,6 +23,60 @@ impl Osd {
             EngineRequest::WriteVersioned { object, offset_bytes, data: AlignedBuffer::from_slice(data), version };
         self.apply_versioned(object, version, request).await?;
         Ok(Response::SecWrite)
+    }
+
+    /// Brings `object` from `base_version` to `version` with the pages that changed in between
+    /// (catch-up, `recovery.rs`). One run of pages is written as it comes; scattered pages are
+    /// laid over this member's copy and the object written whole, so the new version appears
+    /// at once or not at all.
+    pub(super) async fn sec_write_pages(
+        &self,
+        object: ObjectId,
+        base_version: u64,
+        version: u64,
+        page_mask: u64,
+        data: &[u8],
+    ) -> Result<Response, OpError> {
+        let _object = self.locks.write(object).await;
+        let held = self.engine.with(|engine| engine.object_exists(object).then(|| engine.object_version(object)));
+        let held = held.flatten();
+        if held == Some(version) {
+            // A retried request.
+            return Ok(Response::SecWritePages);
+        }
+        let absent = base_version == wire::ABSENT_VERSION;
+        if held != (!absent).then_some(base_version) {
+            let reason = held.map_or("it holds none".to_string(), |held| format!("it holds version {held:#x}"));
+            return Err(OpError::BaseNotHeld { object, base_version, reason });
+        }
+        if absent {
+            self.refuse_new_object(object, &[])?;
+        }
+        let first = page_mask.trailing_zeros();
+        let run = page_mask >> first;
+        let (offset_bytes, data) = if run & run.wrapping_add(1) == 0 {
+            (first * PAGE_SIZE_BYTES, AlignedBuffer::from_slice(data))
+        } else if absent {
+            (0, scatter(AlignedBuffer::zeroed(self.object_size_bytes as usize), page_mask, data))
+        } else {
+            // A copy that cannot be read is no base to build on: the primary sends it whole.
+            let (read_version, copy) = match self.read(object, 0, self.object_size_bytes).await {
+                Ok(copy) => copy,
+                Err(error) if super::scrub::unreadable(&error) => {
+                    return Err(OpError::BaseNotHeld { object, base_version, reason: error.to_string() })
+                }
+                Err(error) => return Err(error),
+            };
+            if read_version != base_version {
+                // A write of a newer primary landed meanwhile.
+                let reason = format!("it holds version {read_version:#x} now");
+                return Err(OpError::BaseNotHeld { object, base_version, reason });
+            }
+            (0, scatter(AlignedBuffer::from_slice(&copy), page_mask, data))
+        };
+        let request = EngineRequest::WriteVersioned { object, offset_bytes, data, version };
+        self.apply_versioned(object, version, request).await?;
+        Ok(Response::SecWritePages)
     }
 
     pub(super) async fn sec_delete(&self, object: ObjectId, version: u64) -> Result<Response, OpError> {
@@ -73,4 +127,14 @@ impl Osd {
             Err(error) => Err(error.into()),
         }
     }
+}
+
+/// `whole` with the pages of `page_mask` replaced by `pages`, which holds them in order.
+fn scatter(mut whole: AlignedBuffer, page_mask: u64, pages: &[u8]) -> AlignedBuffer {
+    let page = PAGE_SIZE_BYTES as usize;
+    let at = (0..64).filter(|bit| page_mask & (1 << bit) != 0);
+    for (index, at) in at.enumerate() {
+        whole.as_mut_slice()[at * page..][..page].copy_from_slice(&pages[index * page..][..page]);
+    }
+    whole
 }
