@@ -223,7 +223,9 @@ impl Osd {
                 let address = map.address(member).ok_or_else(|| format!("osd.{member} went down"))?;
                 let others = holders(&listings, need, &skip, member);
                 let held = held_version(&listings, member, need.object);
-                self.push(pg, state.epoch, member, address, need.object, held, &others).await?;
+                self.push(pg, state.epoch, member, address, need.object, held, &others)
+                    .await
+                    .map_err(|error| error.to_string())?;
             }
         }
         self.still_current(state)?;

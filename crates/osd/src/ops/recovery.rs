@@ -20,8 +20,25 @@ use super::{OpError, Osd};
 use crate::pg_history::{self, Written};
 use crate::pg_state::{same_members, Active, Pg};
 
-/// How a refused copy's error starts: the member holds, or remembers, a newer version.
-pub(super) const REFUSED: &str = "refused: the member holds a newer version of ";
+/// Why a copy of an object to a member did not land.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CopyError {
+    /// The member holds, or remembers, a newer version than the one sent (a copy it deleted
+    /// at one above the version it held, `stray.rs`, or discarded in peering): the object must
+    /// be written again above it.
+    #[error("osd.{member} refused {object} at version {version:#x}: it holds or remembers a newer one")]
+    Refused { member: u32, object: ObjectId, version: u64 },
+    /// Anything else (the member is down or unreachable, a drive failed, no copy could be
+    /// read): the copy is tried again later.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for CopyError {
+    fn from(reason: String) -> CopyError {
+        CopyError::Failed(reason)
+    }
+}
 
 /// The pause before recovery tries a member again after a failure.
 const RECOVERY_RETRY: Duration = Duration::from_millis(200);
@@ -87,7 +104,7 @@ impl Osd {
         object: ObjectId,
         held: Option<u64>,
         holders: &[u32],
-    ) -> Result<u64, String> {
+    ) -> Result<u64, CopyError> {
         let _object = self.locks.write(object).await;
         self.push_held(pg, epoch, member, address, object, held, holders).await
     }
@@ -105,7 +122,7 @@ impl Osd {
         object: ObjectId,
         held: Option<u64>,
         holders: &[u32],
-    ) -> Result<u64, String> {
+    ) -> Result<u64, CopyError> {
         if let Some(sent) = self.push_pages(pg, epoch, member, address, object, held).await? {
             self.pgs.count_copied(sent);
             return Ok(sent);
@@ -120,12 +137,12 @@ impl Osd {
                 Ok(sent)
             }
             Response::Failed { status: Status::Busy, opcode: Opcode::SecWrite } => {
-                Err(format!("{}{object} at version {version:#x}", REFUSED))
+                Err(CopyError::Refused { member, object, version })
             }
             Response::Failed { status, opcode: Opcode::SecWrite } => {
-                Err(format!("osd.{member} failed the copy of {object}: {status}"))
+                Err(format!("osd.{member} failed the copy of {object}: {status}").into())
             }
-            other => Err(format!("osd.{member} answered the copy of {object} with {other:?}")),
+            other => Err(format!("osd.{member} answered the copy of {object} with {other:?}").into()),
         }
     }
 
@@ -143,7 +160,7 @@ impl Osd {
         address: &str,
         object: ObjectId,
         held: Option<u64>,
-    ) -> Result<Option<u64>, String> {
+    ) -> Result<Option<u64>, CopyError> {
         let known = self.engine.with(|engine| {
             let current = engine.object_exists(object).then(|| engine.object_version(object)).flatten()?;
             Some((current, engine.pages_changed_since(object, held, current)?))
@@ -173,12 +190,12 @@ impl Osd {
             Response::SecWritePages => Ok(Some(sent)),
             Response::Failed { status: Status::BaseNotHeld, opcode: Opcode::SecWritePages } => Ok(None),
             Response::Failed { status: Status::Busy, opcode: Opcode::SecWritePages } => {
-                Err(format!("{}{object} at version {version:#x}", REFUSED))
+                Err(CopyError::Refused { member, object, version })
             }
             Response::Failed { status, opcode: Opcode::SecWritePages } => {
-                Err(format!("osd.{member} failed the copy of {object}'s changed pages: {status}"))
+                Err(format!("osd.{member} failed the copy of {object}'s changed pages: {status}").into())
             }
-            other => Err(format!("osd.{member} answered the copy of {object}'s changed pages with {other:?}")),
+            other => Err(format!("osd.{member} answered the copy of {object}'s changed pages with {other:?}").into()),
         }
     }
 
@@ -427,11 +444,11 @@ impl Osd {
             .unwrap_or_default();
         let sent = match self.push_held(pg, state.epoch, member, &address, object, held, &holders).await {
             Ok(sent) => sent,
-            Err(reason) if reason.starts_with(REFUSED) => {
+            Err(CopyError::Refused { .. }) => {
                 self.rewrite_held(state, object, &holders).await?;
                 u64::from(self.object_size_bytes)
             }
-            Err(reason) => return Err(reason),
+            Err(CopyError::Failed(reason)) => return Err(reason),
         };
         state.with_active(|active| forget(active, member, object));
         Ok(sent)
