@@ -73,7 +73,7 @@ impl LocalOsds for DevOsds {
         }
         let config = slot.config.clone();
         tracing::info!(osd, "starting an OSD on request");
-        let started = tokio::task::spawn_blocking(move || osd::spawn(config)).await;
+        let started = tokio::task::spawn_blocking(move || osd::spawn(config, crate::device::open_osd_drive)).await;
         match started {
             Ok(Ok(handle)) => {
                 slot.running = Some(handle);

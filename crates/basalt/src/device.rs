@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use engine::layout::{Geometry, Superblock, SuperblockError, SUPERBLOCK_MAGIC, SUPERBLOCK_SIZE_BYTES};
 use engine::{AlignedBuffer, Engine, EngineOptions, FormatOptions, OpenError};
 use platform::{Disk, DiskCompletion, DiskOp, DiskRequest};
-use platform_linux::{UringDisk, UringOptions};
+use platform_linux::{UringDisk, UringOptions, UringReady};
 
 use crate::size::format_bytes;
 
@@ -213,6 +213,16 @@ fn size_file(path: &Path, size_bytes: u64, sparse: bool) -> anyhow::Result<()> {
 pub fn open_disk(path: &Path, options: UringOptions) -> anyhow::Result<UringDisk> {
     // `OpenDiskError` messages already name the path.
     Ok(UringDisk::open(path, options)?)
+}
+
+/// An OSD's drive (`osd::OpenDrive`): `config.data_path` on an io_uring of
+/// `config.queue_depth` entries, its completions waited for on the OSD's runtime.
+pub fn open_osd_drive(config: &osd::OsdConfig) -> Result<osd::Drive, osd::OsdError> {
+    let path = &config.data_path;
+    let mut opened = UringDisk::open(path, UringOptions { queue_depth: config.queue_depth, spin_before_wait_us: 0 })
+        .map_err(|error| osd::OsdError::OpenDisk { path: path.clone(), source: Box::new(error) })?;
+    let ready = opened.completion_notifier().and_then(UringReady::new).map_err(osd::OsdError::Runtime)?;
+    Ok(osd::Drive { disk: Box::new(opened), ready: Box::new(ready) })
 }
 
 /// Fails, before anything is created or written, if an engine cannot be laid out on

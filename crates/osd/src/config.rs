@@ -67,7 +67,8 @@ pub struct OsdConfig {
     pub peer_grace: Duration,
     /// How long a clean shutdown waits for ops in flight, and then for the journal's write-back.
     pub shutdown_timeout: Duration,
-    /// Submission ring entries of the drive's io_uring.
+    /// Requests the drive may have in flight at once (for a real drive, its io_uring's
+    /// submission entries; `OpenDrive` reads it).
     pub queue_depth: u32,
     pub engine: engine::EngineOptions,
     /// Who hears of peers whose address refuses this OSD's connect (ADR 0015); `None`: no one.

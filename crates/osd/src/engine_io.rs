@@ -2,8 +2,8 @@
 //!
 //! Tasks submit requests and await their replies (`EngineIo::submit` returns an [`EngineOp`]
 //! future). One driver task ([`EngineIo::drive`]) owns the rhythm: it waits until the disk is
-//! ready ([`DiskReady`]: the ring's completion eventfd, [`UringReady`], or a simulated disk's
-//! next deadline, ADR 0020) or a task has queued a request, then calls `Engine::poll`,
+//! ready ([`DiskReady`]: the ring's completion eventfd, `platform_linux::UringReady`, or a
+//! simulated disk's next deadline, ADR 0020) or a task has queued a request, then calls `Engine::poll`,
 //! which hands queued submissions to the kernel and moves finished work out, and wakes the
 //! waiting tasks. Everything runs on one thread: no locks, no hand-offs, and a disk completion
 //! costs a thread wake-up only if the thread was parked.
@@ -23,10 +23,7 @@ use std::time::Duration;
 use engine::{Completion, Engine, EngineError, Reply, Request};
 use futures_util::future::poll_fn;
 use platform::{Disk, DiskReady};
-use platform_linux::CompletionNotifier;
 use stdx::SlotTable;
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -58,38 +55,6 @@ enum SlotState {
     Done(Result<Reply, EngineError>),
     /// The awaiting future was dropped; the completion only frees the slot.
     Abandoned,
-}
-
-/// The readiness of an io_uring disk: its completion eventfd, registered with the runtime.
-pub struct UringReady {
-    notifier: AsyncFd<CompletionNotifier>,
-}
-
-impl UringReady {
-    /// Registers the disk's completion notifier (taken before the engine was opened). Must be
-    /// called inside the runtime that will drive the engine.
-    pub fn new(notifier: CompletionNotifier) -> std::io::Result<UringReady> {
-        // SAFETY: the notifier owns its descriptor for as long as it lives, which is inside the
-        // `AsyncFd`, and `as_raw_fd` always returns that same descriptor.
-        let notifier = unsafe { AsyncFd::register_with_interest(notifier, Interest::READABLE) }
-            .map_err(|error| error.into_parts().1)?;
-        Ok(UringReady { notifier })
-    }
-}
-
-impl DiskReady for UringReady {
-    fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
-        match self.notifier.poll_read_ready(cx) {
-            Poll::Ready(Ok(mut guard)) => {
-                // Cleared before the poll: a completion posted after it signals again.
-                guard.get_inner().clear();
-                guard.clear_ready();
-                Poll::Ready(())
-            }
-            Poll::Ready(Err(error)) => panic!("waiting on the disk completion eventfd failed: {error}"),
-            Poll::Pending => Poll::Pending,
-        }
-    }
 }
 
 impl EngineIo {

@@ -5,8 +5,12 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OsdError {
-    #[error("cannot open the data device")]
-    OpenDisk(#[from] platform_linux::OpenDiskError),
+    #[error("cannot open the data device {}", .path.display())]
+    OpenDisk {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("{} is not a Basalt engine; format it first with `basalt osd init --data {}`", .path.display(), .path.display())]
     NotFormatted { path: PathBuf },
     #[error("cannot open the engine on {}", .path.display())]

@@ -3,9 +3,11 @@
 //!
 //! One OSD is one thread running a tokio `current_thread` runtime. The engine, the sockets and
 //! the metadata client all live on it: a request runs to completion on that thread, disk
-//! completions arrive through the io_uring's eventfd (`engine_io.rs`), and nothing is handed to
+//! completions arrive through the drive's readiness (`engine_io.rs`), and nothing is handed to
 //! another thread (ADR 0008). [`run`] is the whole daemon on the calling thread; [`spawn`]
 //! starts one on a thread of its own, so one process can host several (`basalt dev`, tests).
+//! Both take the function that opens the drive ([`OpenDrive`]): this crate knows disks only
+//! through the `platform` traits, and the binary opens real ones (io_uring).
 //!
 //! - `registration.rs`: the OSD id and the `/basalt/osd/<id>` record.
 //! - `liveness.rs`: the leased liveness key, renewal, and fencing.
@@ -44,13 +46,12 @@ use engine::{Engine, OpenError};
 use meta::MetaStore;
 use net::Listener;
 use platform::{Disk, DiskReady};
-use platform_linux::{UringDisk, UringOptions};
 use tokio::net::TcpListener;
 
 pub use config::{Metadata, OsdConfig, PEER_GRACE_DEFAULT};
 pub use error::OsdError;
 
-use crate::engine_io::{EngineIo, UringReady};
+use crate::engine_io::EngineIo;
 use crate::liveness::Liveness;
 use crate::ops::Osd;
 use crate::peers::Peers;
@@ -76,13 +77,28 @@ pub struct Ready {
     pub incarnation: i64,
 }
 
-/// Runs an OSD on the calling thread until `stop` resolves. `ready` is called once the OSD is
-/// registered and serving. `stop` is first polled inside the OSD's runtime before anything
-/// else, so it can set up signal handlers there.
-pub fn run(config: OsdConfig, ready: impl FnOnce(&Ready), stop: impl Future<Output = Stop>) -> Result<(), OsdError> {
+/// An opened drive: the disk and when it may have completions.
+pub struct Drive {
+    pub disk: Box<dyn Disk>,
+    pub ready: Box<dyn DiskReady>,
+}
+
+/// Opens the drive `config.data_path` names. Called on the OSD's thread, inside its runtime
+/// (a readiness may register with the runtime's reactor).
+pub type OpenDrive = fn(&OsdConfig) -> Result<Drive, OsdError>;
+
+/// Runs an OSD on the calling thread until `stop` resolves, on the drive `open_drive` opens.
+/// `ready` is called once the OSD is registered and serving. `stop` is first polled inside the
+/// OSD's runtime before anything else, so it can set up signal handlers there.
+pub fn run(
+    config: OsdConfig,
+    open_drive: OpenDrive,
+    ready: impl FnOnce(&Ready),
+    stop: impl Future<Output = Stop>,
+) -> Result<(), OsdError> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(OsdError::Runtime)?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, daemon(config, ready, stop))
+    local.block_on(&runtime, daemon(config, open_drive, ready, stop))
 }
 
 /// An OSD running on its own thread.
@@ -92,8 +108,9 @@ pub struct OsdHandle {
     thread: Option<std::thread::JoinHandle<Result<(), OsdError>>>,
 }
 
-/// Starts an OSD on a thread of its own and waits until it serves (or fails to start).
-pub fn spawn(config: OsdConfig) -> Result<OsdHandle, OsdError> {
+/// Starts an OSD on a thread of its own, on the drive `open_drive` opens, and waits until it
+/// serves (or fails to start).
+pub fn spawn(config: OsdConfig, open_drive: OpenDrive) -> Result<OsdHandle, OsdError> {
     let (ready_sender, ready_receiver) = std::sync::mpsc::channel();
     let (stop_sender, stop_receiver) = tokio::sync::oneshot::channel();
     // Named after the drive (Linux keeps 15 bytes), so per-thread statistics tell OSDs apart.
@@ -104,7 +121,7 @@ pub fn spawn(config: OsdConfig) -> Result<OsdHandle, OsdError> {
             let ready = move |ready: &Ready| {
                 let _ = ready_sender.send(ready.clone());
             };
-            run(config, ready, async move { stop_receiver.await.unwrap_or(Stop::Graceful) })
+            run(config, open_drive, ready, async move { stop_receiver.await.unwrap_or(Stop::Graceful) })
         })
         .map_err(OsdError::Runtime)?;
     match ready_receiver.recv() {
@@ -156,8 +173,8 @@ impl Drop for OsdHandle {
 }
 
 /// What an OSD runs on, opened by its caller: the drive, the sockets and the metadata store.
-/// [`run`] opens the real ones; a simulation passes simulated ones (ADR 0020), and everything
-/// past this point is the same code.
+/// [`run`] opens them with the caller's [`OpenDrive`]; a simulation passes simulated ones (ADR
+/// 0020), and everything past this point is the same code.
 pub struct OsdEnv {
     /// The drive, as opened: [`serve`] reads its superblock and opens the engine on it.
     pub disk: Box<dyn Disk>,
@@ -174,6 +191,7 @@ pub struct OsdEnv {
 /// The daemon on its thread: open the drive, the sockets and the store, then serve.
 async fn daemon(
     config: OsdConfig,
+    open_drive: OpenDrive,
     ready: impl FnOnce(&Ready),
     stop: impl Future<Output = Stop>,
 ) -> Result<(), OsdError> {
@@ -181,7 +199,7 @@ async fn daemon(
     // ready: a SIGTERM right after that must stop it cleanly, not kill it.
     let mut stop = Box::pin(stop);
     let stopped_early = futures_util::FutureExt::now_or_never(stop.as_mut());
-    let env = open(&config).await?;
+    let env = open(&config, open_drive).await?;
     serve(config, env, ready, async move {
         match stopped_early {
             Some(how) => how,
@@ -191,12 +209,9 @@ async fn daemon(
     .await
 }
 
-/// Opens the drive (io_uring), binds the listeners and connects to the metadata store.
-async fn open(config: &OsdConfig) -> Result<OsdEnv, OsdError> {
-    let mut disk =
-        UringDisk::open(&config.data_path, UringOptions { queue_depth: config.queue_depth, spin_before_wait_us: 0 })?;
-    let disk_ready =
-        UringReady::new(disk.completion_notifier().map_err(OsdError::Runtime)?).map_err(OsdError::Runtime)?;
+/// Opens the drive, binds the listeners and connects to the metadata store.
+async fn open(config: &OsdConfig, open_drive: OpenDrive) -> Result<OsdEnv, OsdError> {
+    let Drive { disk, ready } = open_drive(config)?;
     let listener = TcpListener::bind(&config.listen_address)
         .await
         .map_err(|source| OsdError::Listen { address: config.listen_address.clone(), source })?;
@@ -216,14 +231,7 @@ async fn open(config: &OsdConfig) -> Result<OsdEnv, OsdError> {
             cluster_watch::connect(url).await.map_err(OsdError::meta(format!("connecting to {url}")))?
         }
     };
-    Ok(OsdEnv {
-        disk: Box::new(disk),
-        disk_ready: Box::new(disk_ready),
-        listener: Listener::Tcp(listener),
-        address,
-        local,
-        store,
-    })
+    Ok(OsdEnv { disk, disk_ready: ready, listener: Listener::Tcp(listener), address, local, store })
 }
 
 /// Serves as an OSD on `env` until `stop` resolves: registers (taking an id on first start),

@@ -57,7 +57,7 @@ fn osds_reach_each_other_and_clients_over_their_local_sockets() {
     drop(primary);
     cluster.stop(1, Stop::Abort);
     assert!(sockets[0].exists(), "an aborted OSD removes nothing");
-    cluster.osds[0] = Some(osd::spawn(cluster.config_with_local_socket(1)).expect("restart over a stale socket"));
+    cluster.osds[0] = Some(common::spawn(cluster.config_with_local_socket(1)).expect("restart over a stale socket"));
     assert!(cluster.live(1).and_then(|live| live.local).is_some());
     // A clean stop removes it.
     cluster.stop(1, Stop::Graceful);
@@ -68,11 +68,11 @@ fn osds_reach_each_other_and_clients_over_their_local_sockets() {
     format_engine(&fourth);
     let mut config = cluster.config(4);
     config.local_socket = Some(sockets[1].clone());
-    let error = osd::spawn(config).map(|_| ()).unwrap_err().to_string();
+    let error = common::spawn(config).map(|_| ()).unwrap_err().to_string();
     assert!(error.contains("is in use") && error.contains("o2.sock"), "{error}");
     let mut config = cluster.config(4);
     config.local_socket = Some(fourth.clone());
-    let error = osd::spawn(config).map(|_| ()).unwrap_err().to_string();
+    let error = common::spawn(config).map(|_| ()).unwrap_err().to_string();
     assert!(error.contains("exists and is not a socket"), "{error}");
     assert!(fourth.exists(), "the refused path is left alone");
 }

@@ -115,7 +115,7 @@ async fn serve(global: Global, args: Args) -> anyhow::Result<()> {
             config.local_socket = local_socket_path(&global, dir, index);
         }
         let spawned = config.clone();
-        let handle = tokio::task::spawn_blocking(move || osd::spawn(spawned))
+        let handle = tokio::task::spawn_blocking(move || osd::spawn(spawned, crate::device::open_osd_drive))
             .await?
             .with_context(|| format!("cannot start the OSD on {}", path.display()))?;
         osds.push((config, handle));

@@ -75,7 +75,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     let ready = |ready: &osd::Ready| {
         println!("osd.{} serving on {} (incarnation {})", ready.osd, ready.address, ready.incarnation);
     };
-    osd::run(config, ready, async {
+    osd::run(config, crate::device::open_osd_drive, ready, async {
         crate::signals::shutdown_requested().await;
         Stop::Graceful
     })

@@ -19,7 +19,7 @@ use meta::{KeyValue, LeaseId, Listing, MetaError, MetaStore, Txn, TxnResponse, W
 use meta_embedded::EmbeddedMetaStore;
 use net::{Connection, Reply};
 use osd::{Metadata, OsdConfig, OsdHandle, Stop};
-use platform_linux::{UringDisk, UringOptions};
+use platform_linux::{UringDisk, UringOptions, UringReady};
 use tokio::runtime::Runtime;
 use wire::{ObjectId, PgId, Request, Response, Status};
 
@@ -41,6 +41,20 @@ pub fn format_engine(path: &Path) {
     let disk = UringDisk::open(path, UringOptions::default()).expect("open the engine file");
     let options = FormatOptions { object_size_bytes: u64::from(OBJECT_SIZE), journal_size_bytes: None, nonce: 7 };
     Engine::format(disk, &options).expect("format");
+}
+
+/// Opens a test OSD's drive on io_uring, as the binary does.
+pub fn open_drive(config: &OsdConfig) -> Result<osd::Drive, osd::OsdError> {
+    let options = UringOptions { queue_depth: config.queue_depth, spin_before_wait_us: 0 };
+    let open_error = |error| osd::OsdError::OpenDisk { path: config.data_path.clone(), source: Box::new(error) };
+    let mut disk = UringDisk::open(&config.data_path, options).map_err(open_error)?;
+    let ready = disk.completion_notifier().and_then(UringReady::new).map_err(osd::OsdError::Runtime)?;
+    Ok(osd::Drive { disk: Box::new(disk), ready: Box::new(ready) })
+}
+
+/// Starts an OSD on its own thread, on its drive.
+pub fn spawn(config: OsdConfig) -> Result<OsdHandle, osd::OsdError> {
+    osd::spawn(config, open_drive)
 }
 
 /// The members of PG `pg`: primaries rotate over the three OSDs.
@@ -71,7 +85,7 @@ impl Cluster {
             format_engine(&path);
             let mut config = cluster.config(index);
             adjust(&mut config);
-            let handle = osd::spawn(config).expect("start an osd");
+            let handle = spawn(config).expect("start an osd");
             assert_eq!(handle.id(), index, "ids are allocated in start order");
             cluster.osds.push(Some(handle));
         }
