@@ -154,3 +154,33 @@ fn the_checker_sees_edges() {
     assert!(names_reached("engine").contains("platform"));
     assert!(!names_reached("engine").contains("tokio"));
 }
+
+/// The features `package` is built with when it is built alone (`cargo build -p package`),
+/// as `cargo tree` resolves them: `crate feature "name"` lines.
+fn features_of(package: &str) -> BTreeSet<String> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(root)
+        .args(["tree", "--locked", "-p", package, "-e", "features", "--prefix", "none", "--target", &host_triple()])
+        .output()
+        .expect("run cargo tree");
+    assert!(output.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).expect("cargo tree prints UTF-8").lines().map(str::to_string).collect()
+}
+
+/// Test machinery (planted bugs, the simulated network) is behind features only the
+/// simulator enables: the binary built alone, as a release is, has none of it.
+#[test]
+fn the_binary_leaves_the_test_machinery_out() {
+    let machinery = [r#"net feature "sim""#, r#"osd feature "planted""#];
+    let binary = features_of("basalt");
+    for feature in machinery {
+        assert!(!binary.contains(feature), "basalt is built with {feature}");
+    }
+    // The checker sees the features where they are on.
+    let simulator = features_of("sim-cluster");
+    for feature in machinery {
+        assert!(simulator.contains(feature), "sim-cluster is built without {feature}");
+    }
+}

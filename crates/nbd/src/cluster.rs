@@ -6,8 +6,8 @@
 //! returns, reads go to the OSDs (nothing is cached in the gateway), and `flush` waits for the
 //! writes issued before it.
 //!
-//! The client library has no allocation query yet, so block status reports every range as data
-//! (always correct; clients then copy zeroes instead of skipping holes).
+//! Block status asks the client library which objects exist: an object never written (or
+//! deleted) is a hole, so clients that honour it skip what reads as zeros.
 
 use bytes::Bytes;
 use client::{Client, ClientError, Volume};

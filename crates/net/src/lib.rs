@@ -15,7 +15,8 @@
 //! connection: every call in flight fails with an error naming the peer and the reason, and
 //! later calls fail at once.
 //!
-//! [`sim`] is a simulated network for whole-cluster simulation: `sim:NAME` addresses reach it.
+//! `sim` (with the `sim` feature, which only simulations enable) is a simulated network for
+//! whole-cluster simulation: `sim:NAME` addresses reach it.
 //!
 //! Everything works in a tokio `current_thread` runtime (the OSD) and in a multi-thread one
 //! (the client); the futures returned here are `Send` when the caller's are.
@@ -24,6 +25,7 @@ mod connection;
 pub mod limits;
 mod link;
 mod server;
+#[cfg(feature = "sim")]
 pub mod sim;
 mod stream;
 
@@ -89,6 +91,7 @@ pub trait DownReporter: Send + Sync + std::fmt::Debug {
 }
 
 #[cfg(test)]
+#[cfg(feature = "sim")]
 mod sim_tests;
 #[cfg(test)]
 mod tests;

@@ -2,8 +2,9 @@
 //!
 //! Addresses are `host:port` for TCP and `unix:PATH` for a Unix socket (ADR 0013): an OSD also
 //! listens on a Unix socket when told to, and processes on the same machine reach it there,
-//! skipping the TCP/IP stack. `sim:NAME` names a stream on a simulated network (ADR 0020,
-//! [`crate::sim`]). Everything above this module treats them alike.
+//! skipping the TCP/IP stack. With the `sim` feature (simulations only), `sim:NAME` names a
+//! stream on a simulated network (ADR 0020, `crate::sim`). Everything above this module treats
+//! them alike.
 
 use std::io;
 use std::net::Shutdown;
@@ -11,6 +12,7 @@ use std::path::Path;
 
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
+#[cfg(feature = "sim")]
 use crate::sim::{self, SimListener, SimStream, SIM_PREFIX};
 
 /// The prefix of an address that names a Unix socket.
@@ -21,9 +23,11 @@ pub const UNIX_PREFIX: &str = "unix:";
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    #[cfg(feature = "sim")]
     Sim(SimStream),
 }
 
+#[cfg(feature = "sim")]
 impl From<SimStream> for Stream {
     fn from(stream: SimStream) -> Stream {
         Stream::Sim(stream)
@@ -46,6 +50,7 @@ impl Stream {
     /// Connects to `address` (`host:port`, `unix:PATH` or `sim:NAME`). TCP streams get
     /// `TCP_NODELAY`.
     pub async fn connect(address: &str) -> io::Result<Stream> {
+        #[cfg(feature = "sim")]
         if address.starts_with(SIM_PREFIX) {
             return Ok(Stream::Sim(sim::connect(address).await?));
         }
@@ -67,6 +72,7 @@ impl Stream {
                 Some(path) => format!("a local peer on {UNIX_PREFIX}{}", path.display()),
                 None => "a local peer".to_string(),
             }),
+            #[cfg(feature = "sim")]
             Stream::Sim(stream) => Ok(stream.peer_name()),
         };
         name.unwrap_or_else(|_| "an unknown peer".to_string())
@@ -75,7 +81,9 @@ impl Stream {
     pub(crate) fn set_nodelay(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(stream) => stream.set_nodelay(true),
-            Stream::Unix(_) | Stream::Sim(_) => Ok(()),
+            Stream::Unix(_) => Ok(()),
+            #[cfg(feature = "sim")]
+            Stream::Sim(_) => Ok(()),
         }
     }
 
@@ -83,6 +91,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.readable().await,
             Stream::Unix(stream) => stream.readable().await,
+            #[cfg(feature = "sim")]
             Stream::Sim(stream) => stream.readable().await,
         }
     }
@@ -91,6 +100,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.writable().await,
             Stream::Unix(stream) => stream.writable().await,
+            #[cfg(feature = "sim")]
             Stream::Sim(stream) => stream.writable().await,
         }
     }
@@ -99,6 +109,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.try_read(buffer),
             Stream::Unix(stream) => stream.try_read(buffer),
+            #[cfg(feature = "sim")]
             Stream::Sim(stream) => stream.try_read(buffer),
         }
     }
@@ -107,6 +118,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.try_write(bytes),
             Stream::Unix(stream) => stream.try_write(bytes),
+            #[cfg(feature = "sim")]
             Stream::Sim(stream) => stream.try_write(bytes),
         }
     }
@@ -115,6 +127,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
             Stream::Unix(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
+            #[cfg(feature = "sim")]
             Stream::Sim(stream) => stream.shutdown(),
         }
     }
@@ -126,6 +139,7 @@ impl Stream {
 pub enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener),
+    #[cfg(feature = "sim")]
     Sim(SimListener),
 }
 
@@ -135,6 +149,7 @@ impl Listener {
         match self {
             Listener::Tcp(listener) => Ok(Stream::Tcp(listener.accept().await?.0)),
             Listener::Unix(listener) => Ok(Stream::Unix(listener.accept().await?.0)),
+            #[cfg(feature = "sim")]
             Listener::Sim(listener) => Ok(Stream::Sim(listener.accept().await?)),
         }
     }

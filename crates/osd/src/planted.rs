@@ -1,7 +1,8 @@
 //! Bugs a simulation plants on its thread, to show that its checks catch them (ADR 0020,
-//! `docs/testing.md`). None is ever planted outside a simulation: a check here is one
-//! thread-local read.
+//! `docs/testing.md`). Only a build with the `planted` feature (the simulator's) can plant one:
+//! there a check is one thread-local read, and elsewhere it is `false`, known at compile time.
 
+#[cfg(feature = "planted")]
 use std::cell::Cell;
 
 /// A known bug.
@@ -32,15 +33,23 @@ impl PlantedBug {
     }
 }
 
+#[cfg(feature = "planted")]
 thread_local! {
     static PLANTED: Cell<Option<PlantedBug>> = const { Cell::new(None) };
 }
 
 /// Plants `bug` in every OSD on this thread (`None`: none).
+#[cfg(feature = "planted")]
 pub fn plant(bug: Option<PlantedBug>) {
     PLANTED.with(|planted| planted.set(bug));
 }
 
+#[cfg(feature = "planted")]
 pub(crate) fn is_planted(bug: PlantedBug) -> bool {
     PLANTED.with(Cell::get) == Some(bug)
+}
+
+#[cfg(not(feature = "planted"))]
+pub(crate) fn is_planted(_bug: PlantedBug) -> bool {
+    false
 }

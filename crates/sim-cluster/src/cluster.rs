@@ -40,7 +40,7 @@ pub(crate) const HOST_PREFIX: &str = "host-";
 pub(crate) const OBJECT_BYTES: u32 = 16 * 1024;
 /// The mon's node on the simulated network.
 pub(crate) const MON_NODE: &str = "mon";
-/// How long a graceful stop may take (the OSD's own budget is 10 s).
+/// How long a graceful stop may take (the OSD's own budget is 3 s, `OsdConfig::shutdown_timeout`).
 const GRACEFUL_STOP_DEADLINE: Duration = Duration::from_secs(20);
 /// How long the cluster may take to serve before the run gives up on it.
 const STARTUP_DEADLINE: Duration = Duration::from_secs(60);

@@ -131,19 +131,9 @@ impl Osd {
         let sent = data.len() as u64;
         let request = Request::SecWrite { pg, object, version, offset_bytes: 0, data };
         let reply = self.peers.call(member, address, epoch, request).await?;
-        match reply.response {
-            Response::SecWrite => {
-                self.pgs.count_copied(sent);
-                Ok(sent)
-            }
-            Response::Failed { status: Status::Busy, opcode: Opcode::SecWrite } => {
-                Err(CopyError::Refused { member, object, version })
-            }
-            Response::Failed { status, opcode: Opcode::SecWrite } => {
-                Err(format!("osd.{member} failed the copy of {object}: {status}").into())
-            }
-            other => Err(format!("osd.{member} answered the copy of {object} with {other:?}").into()),
-        }
+        copy_outcome(member, object, version, Opcode::SecWrite, reply.response)?;
+        self.pgs.count_copied(sent);
+        Ok(sent)
     }
 
     /// Sends `member`, which holds version `held` of `object` (`None`: no copy), the pages this
@@ -187,15 +177,8 @@ impl Osd {
         let request = Request::SecWritePages { pg, object, base_version, version, page_mask, data: data.into() };
         let reply = self.peers.call(member, address, epoch, request).await?;
         match reply.response {
-            Response::SecWritePages => Ok(Some(sent)),
             Response::Failed { status: Status::BaseNotHeld, opcode: Opcode::SecWritePages } => Ok(None),
-            Response::Failed { status: Status::Busy, opcode: Opcode::SecWritePages } => {
-                Err(CopyError::Refused { member, object, version })
-            }
-            Response::Failed { status, opcode: Opcode::SecWritePages } => {
-                Err(format!("osd.{member} failed the copy of {object}'s changed pages: {status}").into())
-            }
-            other => Err(format!("osd.{member} answered the copy of {object}'s changed pages with {other:?}").into()),
+            response => copy_outcome(member, object, version, Opcode::SecWritePages, response).map(|()| Some(sent)),
         }
     }
 
@@ -479,6 +462,27 @@ impl Osd {
             Ok(Written::Changed) => {}
             Err(reason) => tracing::warn!(osd = self.id, pg = %pg, %reason, "cannot record the pg clean"),
         }
+    }
+}
+
+/// What a member's answer to a copy of `object` at `version` (a SecWrite or a SecWritePages,
+/// `opcode`) means.
+fn copy_outcome(
+    member: u32,
+    object: ObjectId,
+    version: u64,
+    opcode: Opcode,
+    response: Response,
+) -> Result<(), CopyError> {
+    match response {
+        Response::SecWrite | Response::SecWritePages if response.opcode() == opcode => Ok(()),
+        Response::Failed { status: Status::Busy, opcode: answered } if answered == opcode => {
+            Err(CopyError::Refused { member, object, version })
+        }
+        Response::Failed { status, opcode: answered } if answered == opcode => {
+            Err(format!("osd.{member} failed the copy of {object} ({opcode}): {status}").into())
+        }
+        other => Err(format!("osd.{member} answered the copy of {object} ({opcode}) with {other:?}").into()),
     }
 }
 

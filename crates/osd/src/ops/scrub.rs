@@ -245,7 +245,8 @@ impl Osd {
     }
 
     /// Under the object's queue: looks at every member's copy again and, if they disagree,
-    /// rewrites the object on every member from a good copy. `Ok(true)` when it rewrote.
+    /// rewrites the object on every member from a good copy: `Ok(Some(data))` with the data it
+    /// wrote, `Ok(None)` when the copies agree.
     pub(super) async fn repair(
         self: &Rc<Self>,
         state: &Rc<Pg>,
