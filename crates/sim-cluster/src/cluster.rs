@@ -234,6 +234,7 @@ impl Nodes {
 }
 
 pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
+    let options = options.for_seed(seed);
     clock::install();
     let network = SimNet::new(SimNetOptions {
         seed: derive(seed, 1),
@@ -251,6 +252,10 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         history_writes: Cell::new(0),
     });
     crate::log::attach(Some(run.clone()));
+    run.record(format_args!(
+        "{} osds, a pool of {} copies with min_size {}",
+        options.osds, options.replicas, options.min_size
+    ));
     let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory(EmbeddedOptions::default()));
     let record = ClusterRecord {
         version: FORMAT_VERSION,

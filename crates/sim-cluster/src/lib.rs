@@ -77,6 +77,27 @@ pub struct SimOptions {
     /// Whether the clients reach their volumes through the NBD gateway (`gateway.rs`) instead
     /// of the client library (the final reads and the checks use the library either way).
     pub nbd: bool,
+    /// Whether each seed draws the number of OSDs, the pool's copies and its `min_size`
+    /// instead of taking `osds`, `replicas` and `min_size` as given.
+    pub drawn_geometry: bool,
+}
+
+impl SimOptions {
+    /// These options with the geometry `seed` draws when `drawn_geometry` is set: 3 to 6
+    /// OSDs (each on a host of its own), 2 or 3 copies, and a `min_size` below the copies, so
+    /// that the pool keeps serving through any one fault. With more OSDs than copies, PGs have
+    /// different members and OSDs outside each PG.
+    pub fn for_seed(&self, seed: u64) -> SimOptions {
+        if !self.drawn_geometry {
+            return self.clone();
+        }
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(cluster::derive(seed, 3));
+        let osds = rng.gen_range(3..=6);
+        let replicas = rng.gen_range(2..=3u8);
+        let min_size = rng.gen_range(1..replicas);
+        SimOptions { osds, replicas, min_size, ..self.clone() }
+    }
 }
 
 impl Default for SimOptions {
@@ -94,6 +115,7 @@ impl Default for SimOptions {
             scenario: None,
             planted: None,
             nbd: false,
+            drawn_geometry: false,
         }
     }
 }
@@ -161,6 +183,9 @@ fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
     }
     if options.nbd {
         command.push_str(" BASALT_SIM_NBD=1");
+    }
+    if options.drawn_geometry {
+        command.push_str(" BASALT_SIM_GEOMETRY=drawn");
     }
     command + " cargo test --release -p sim-cluster --test seeds"
 }

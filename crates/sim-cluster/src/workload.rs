@@ -55,7 +55,9 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         }
     }
     let gateway = options.nbd.then(|| gateway::start(&nodes.network, store.clone(), client_options(nodes), run));
-    let faults = options.faults.then(|| tokio::task::spawn_local(faults::inject(derive(seed, 2), nodes.clone())));
+    let faults = options
+        .faults
+        .then(|| tokio::task::spawn_local(faults::inject(derive(seed, 2), nodes.clone(), options.min_size)));
     let mut clients = Vec::new();
     for index in 0..options.clients {
         let node = format!("client{index}");

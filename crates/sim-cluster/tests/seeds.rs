@@ -9,6 +9,8 @@
 //! (`sim_cluster::Scenario::ALL`), and `BASALT_SIM_PLANT=NAME` plants a known bug
 //! (`osd::planted::PlantedBug::ALL`), to replay what `scenarios.rs` or `mutations.rs` found.
 //! `BASALT_SIM_NBD=1` sends the clients through the NBD gateway (`gateway.rs` runs those seeds).
+//! Each seed draws its geometry (3 to 6 OSDs, 2 or 3 copies, `min_size` below them) unless
+//! `BASALT_SIM_GEOMETRY=fixed` keeps the default (3 OSDs, 3 copies, `min_size` 2).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -95,8 +97,13 @@ fn options_from_env() -> SimOptions {
         Ok("1") => true,
         Ok(other) => panic!("BASALT_SIM_NBD={other}: 1 (clients through the NBD gateway) or 0"),
     };
+    let drawn_geometry = match std::env::var("BASALT_SIM_GEOMETRY").as_deref() {
+        Err(_) | Ok("drawn") => scenario.is_none(),
+        Ok("fixed") => false,
+        Ok(other) => panic!("BASALT_SIM_GEOMETRY={other}: drawn (OSDs, copies and min_size from each seed) or fixed"),
+    };
     let options = scenario.map_or_else(SimOptions::default, Scenario::options);
-    SimOptions { planted, nbd, ..options }
+    SimOptions { planted, nbd, drawn_geometry, ..options }
 }
 
 #[test]

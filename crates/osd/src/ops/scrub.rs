@@ -39,8 +39,11 @@ pub(crate) enum Copy {
         crc32c: u32,
     },
     Missing,
-    /// Its checksums fail, or the drive failed the read.
-    Unreadable,
+    /// Its checksums fail, or the drive failed the read; the version its holder knows it at,
+    /// when it knows one (the primary's engine knows its own copy's; a member's reply says none).
+    Unreadable {
+        version: Option<u64>,
+    },
 }
 
 /// What the copies of one object call for.
@@ -57,13 +60,14 @@ pub(crate) enum Verdict {
 }
 
 /// Judges the copies of one object, `copies[0]` being the primary's. The good copies are the
-/// readable ones at the newest version with the crc32c most of them share (the primary's, or
-/// the first, among equals).
+/// readable ones at the newest version known (an unreadable copy's too: an older copy must
+/// never replace a newer one that cannot be read) with the crc32c most of them share (the
+/// primary's, or the first, among equals).
 pub(crate) fn judge(copies: &[(u32, Copy)]) -> Verdict {
     let newest = copies
         .iter()
         .filter_map(|(_, copy)| match copy {
-            Copy::Held { version, .. } => Some(*version),
+            Copy::Held { version, .. } | Copy::Unreadable { version: Some(version) } => Some(*version),
             _ => None,
         })
         .max();
@@ -74,6 +78,9 @@ pub(crate) fn judge(copies: &[(u32, Copy)]) -> Verdict {
             Verdict::Unrepairable
         };
     };
+    if !copies.iter().any(|(_, copy)| matches!(copy, Copy::Held { version, .. } if *version == newest)) {
+        return Verdict::Unrepairable;
+    }
     let mut votes: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
     for (position, (_, copy)) in copies.iter().enumerate() {
         if let Copy::Held { version, crc32c } = copy {
@@ -225,7 +232,9 @@ impl Osd {
                 match reply.response {
                     Response::ObjectInfo { version, data_crc32c } => Copy::Held { version, crc32c: data_crc32c },
                     Response::Failed { status: Status::NoSuchObject, .. } => Copy::Missing,
-                    Response::Failed { status: Status::Corrupt | Status::IoError, .. } => Copy::Unreadable,
+                    Response::Failed { status: Status::Corrupt | Status::IoError, .. } => {
+                        Copy::Unreadable { version: None }
+                    }
                     other => return Err(format!("osd.{member} answered the info of {object} with {other:?}")),
                 }
             };
@@ -240,7 +249,7 @@ impl Osd {
         }
         match self.read(object, 0, self.object_size_bytes).await {
             Ok((version, data)) => Copy::Held { version, crc32c: crc32c::crc32c(&data) },
-            Err(_) => Copy::Unreadable,
+            Err(_) => Copy::Unreadable { version: self.engine.with(|engine| engine.object_version(object)) },
         }
     }
 
@@ -254,12 +263,22 @@ impl Osd {
     ) -> Result<Option<Bytes>, RepairError> {
         let _object = self.locks.write(object).await;
         self.still_current(state).map_err(RepairError::Unfinished)?;
-        let acting = state
-            .with_active(|active| active.acting.clone())
+        let (acting, away) = state
+            .with_active(|active| {
+                let away: Vec<u32> = active.target.iter().copied().filter(|osd| !active.acting.contains(osd)).collect();
+                (active.acting.clone(), away)
+            })
             .ok_or_else(|| RepairError::Unfinished("the pg is not active".into()))?;
         let copies = self.inspect(state, &acting, object).await.map_err(RepairError::Unfinished)?;
         let source = match judge(&copies) {
             Verdict::Consistent => return Ok(None),
+            // A member of the target set that is not acting (down, or not back yet) may hold a
+            // good copy: the repair waits for it rather than call the object lost.
+            Verdict::Unrepairable if !away.is_empty() => {
+                return Err(RepairError::Unfinished(format!(
+                    "no member up holds a readable copy of the newest version ({copies:?}); osd {away:?} may"
+                )))
+            }
             Verdict::Unrepairable => {
                 return Err(RepairError::Unrepairable(format!("no member holds a readable copy: {copies:?}")))
             }
@@ -347,7 +366,7 @@ mod tests {
         assert_eq!(judge(&[(1, Copy::Missing), (2, Copy::Missing)]), Verdict::Consistent);
         // A primary whose copy fails its checksums is rewritten from a member's.
         assert_eq!(
-            judge(&[(1, Copy::Unreadable), (2, held(5, 7)), (3, held(5, 7))]),
+            judge(&[(1, Copy::Unreadable { version: Some(5) }), (2, held(5, 7)), (3, held(5, 7))]),
             Verdict::Repair { source: 2, bad: vec![1] }
         );
         // Silent damage: two agree against one.
@@ -366,6 +385,12 @@ mod tests {
         );
         // Two copies that disagree at one version: the primary's.
         assert_eq!(judge(&[(1, held(5, 7)), (2, held(5, 9))]), Verdict::Repair { source: 1, bad: vec![2] });
-        assert_eq!(judge(&[(1, Copy::Unreadable), (2, Copy::Missing)]), Verdict::Unrepairable);
+        assert_eq!(judge(&[(1, Copy::Unreadable { version: None }), (2, Copy::Missing)]), Verdict::Unrepairable);
+        // A primary whose newest copy cannot be read is never rewritten from an older one (a
+        // member still catching up): no good copy is up.
+        assert_eq!(
+            judge(&[(1, Copy::Unreadable { version: Some(6) }), (2, held(5, 7)), (3, Copy::Missing)]),
+            Verdict::Unrepairable
+        );
     }
 }
