@@ -253,8 +253,8 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     });
     crate::log::attach(Some(run.clone()));
     run.record(format_args!(
-        "{} osds, a pool of {} copies with min_size {}",
-        options.osds, options.replicas, options.min_size
+        "{} osds, a pool of {} copies with min_size {}, down-out interval {:?}",
+        options.osds, options.replicas, options.min_size, options.down_out_interval
     ));
     let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory(EmbeddedOptions::default()));
     let record = ClusterRecord {
@@ -460,6 +460,12 @@ async fn prepare(store: &Arc<dyn MetaStore>, options: &SimOptions) -> Result<(),
             }
             Err(error) => return Err(format!("the pool could not be created: {error}")),
         }
+    }
+    if let Some(interval) = options.down_out_interval {
+        let change = mon::views::SettingsChange { down_out_interval_s: Some(interval.as_secs()), ..Default::default() };
+        mon::osd_admin::change_settings(store.as_ref(), &change)
+            .await
+            .map_err(|error| format!("the down-out interval could not be set: {error}"))?;
     }
     for volume in 0..options.volumes {
         let request = mon::admin::CreateVolume {

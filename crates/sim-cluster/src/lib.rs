@@ -77,16 +77,21 @@ pub struct SimOptions {
     /// Whether the clients reach their volumes through the NBD gateway (`gateway.rs`) instead
     /// of the client library (the final reads and the checks use the library either way).
     pub nbd: bool,
-    /// Whether each seed draws the number of OSDs, the pool's copies and its `min_size`
-    /// instead of taking `osds`, `replicas` and `min_size` as given.
+    /// Whether each seed draws the number of OSDs, the pool's copies, its `min_size` and the
+    /// down-out interval instead of taking `osds`, `replicas`, `min_size` and
+    /// `down_out_interval` as given.
     pub drawn_geometry: bool,
+    /// The cluster's `down_out_interval` (`None`: its default, 10 minutes, which no run
+    /// reaches): an OSD down this long is marked out, its PGs move to other OSDs (backfill)
+    /// and come back when it returns (stray removal).
+    pub down_out_interval: Option<Duration>,
 }
 
 impl SimOptions {
     /// These options with the geometry `seed` draws when `drawn_geometry` is set: 3 to 6
     /// OSDs (each on a host of its own), 2 or 3 copies, and a `min_size` below the copies, so
     /// that the pool keeps serving through any one fault. With more OSDs than copies, PGs have
-    /// different members and OSDs outside each PG.
+    /// different members and OSDs outside each PG, and a down-out interval of 2 to 10 s.
     pub fn for_seed(&self, seed: u64) -> SimOptions {
         if !self.drawn_geometry {
             return self.clone();
@@ -96,7 +101,9 @@ impl SimOptions {
         let osds = rng.gen_range(3..=6);
         let replicas = rng.gen_range(2..=3u8);
         let min_size = rng.gen_range(1..replicas);
-        SimOptions { osds, replicas, min_size, ..self.clone() }
+        // With OSDs to spare, an OSD down a few seconds is often marked out.
+        let down_out_interval = (osds > usize::from(replicas)).then(|| Duration::from_secs(rng.gen_range(2..=10)));
+        SimOptions { osds, replicas, min_size, down_out_interval, ..self.clone() }
     }
 }
 
@@ -116,6 +123,7 @@ impl Default for SimOptions {
             planted: None,
             nbd: false,
             drawn_geometry: false,
+            down_out_interval: None,
         }
     }
 }

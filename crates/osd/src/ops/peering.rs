@@ -65,7 +65,10 @@ impl Osd {
                 let again = match &current {
                     None => true,
                     Some(state) if state.epoch != *epoch => true,
-                    Some(state) => state.with_phase(|phase| matches!(phase, Phase::Inactive { .. })),
+                    Some(state) => {
+                        self.follow_target(state, table.target(pg));
+                        state.with_phase(|phase| matches!(phase, Phase::Inactive { .. }))
+                    }
                 };
                 if again {
                     // A PG that was not serving yet keeps its first sign, for the failover time.
@@ -75,6 +78,22 @@ impl Osd {
             }
         }
         self.pgs.retain(|pg| led.contains(&pg));
+    }
+
+    /// Takes a new target set of an active PG at the same epoch (the mon changes targets without
+    /// a new epoch while the acting set stays). A PG with nothing left to copy may be clean now,
+    /// and no recovery is running to record it: one is started.
+    fn follow_target(self: &Rc<Self>, state: &Rc<Pg>, target: &[u32]) {
+        let idle = state.with_active(|active| {
+            if active.target == target {
+                return false;
+            }
+            active.target = target.to_vec();
+            active.recovery_left() == (0, 0)
+        });
+        if idle == Some(true) {
+            tokio::task::spawn_local(self.clone().recover(state.clone()));
+        }
     }
 
     /// Peers `pg` again at its epoch (a member's connection failed: it may have restarted and
