@@ -38,6 +38,7 @@ mod faults;
 mod gateway;
 mod history;
 pub mod log;
+mod membership;
 mod nbd_client;
 mod node_store;
 mod pause;
@@ -85,6 +86,9 @@ pub struct SimOptions {
     /// reaches): an OSD down this long is marked out, its PGs move to other OSDs (backfill)
     /// and come back when it returns (stray removal).
     pub down_out_interval: Option<Duration>,
+    /// Whether OSDs are marked out and in, and reweighted, while the clients run
+    /// (`membership.rs`); on with a drawn geometry.
+    pub membership_changes: bool,
 }
 
 impl SimOptions {
@@ -103,7 +107,7 @@ impl SimOptions {
         let min_size = rng.gen_range(1..replicas);
         // With OSDs to spare, an OSD down a few seconds is often marked out.
         let down_out_interval = (osds > usize::from(replicas)).then(|| Duration::from_secs(rng.gen_range(2..=10)));
-        SimOptions { osds, replicas, min_size, down_out_interval, ..self.clone() }
+        SimOptions { osds, replicas, min_size, down_out_interval, membership_changes: true, ..self.clone() }
     }
 }
 
@@ -124,6 +128,7 @@ impl Default for SimOptions {
             nbd: false,
             drawn_geometry: false,
             down_out_interval: None,
+            membership_changes: false,
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::history::{contents, Address, BLOCK_BYTES};
 use crate::nbd_client::NbdClient;
 use crate::scenarios::{self, Stage};
 use crate::SimOptions;
-use crate::{faults, replicas, settle};
+use crate::{faults, membership, replicas, settle};
 
 pub(crate) fn volume_name(index: usize) -> String {
     format!("vol{index}")
@@ -58,6 +58,11 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     let faults = options
         .faults
         .then(|| tokio::task::spawn_local(faults::inject(derive(seed, 2), nodes.clone(), options.min_size)));
+    let membership_pending = Rc::new(std::cell::Cell::new(None));
+    let membership = (options.faults && options.membership_changes).then(|| {
+        let change = membership::change(derive(seed, 4), nodes.clone(), store.clone(), membership_pending.clone());
+        tokio::task::spawn_local(change)
+    });
     let mut clients = Vec::new();
     for index in 0..options.clients {
         let node = format!("client{index}");
@@ -90,6 +95,11 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     }
     if let Some(faults) = faults {
         let _ = faults.await;
+    }
+    if let Some(membership) = membership {
+        membership.abort();
+        let _ = membership.await;
+        membership::undo(nodes, store.as_ref(), &membership_pending).await;
     }
     if finished.is_err() {
         if let Some(gateway) = gateway {

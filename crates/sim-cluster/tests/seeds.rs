@@ -148,10 +148,12 @@ fn seeds_pass_and_replay_alike() {
 }
 
 /// Seeds that once failed with a geometry drawn from the seed, kept with what they found.
-const DRAWN_REGRESSIONS: [(u64, &str); 1] = [(
-    14,
-    "6 OSDs, down-out 8 s: a PG whose target changed back to its acting set at the same epoch stayed degraded for ever",
-)];
+const DRAWN_REGRESSIONS: [(u64, &str); 4] = [
+    (14, "6 OSDs, down-out 8 s: a PG whose target changed back to its acting set at the same epoch stayed degraded for ever"),
+    (11, "a backfilling PG clean with the members its history already named, at an older epoch, never told the mon it was complete"),
+    (23, "a primary that discarded its own unacknowledged newer copy pulled the acknowledged older one, took the refusal for success and lost the write"),
+    (227, "a clean record the lease refused for an instant was never tried again: the backfill never ended"),
+];
 
 #[test]
 fn seeds_that_once_failed_pass() {

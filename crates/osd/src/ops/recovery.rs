@@ -42,6 +42,8 @@ impl From<String> for CopyError {
 
 /// The pause before recovery tries a member again after a failure.
 const RECOVERY_RETRY: Duration = Duration::from_millis(200);
+/// The longest pause between attempts to record a PG clean.
+const CLEAN_RECORD_RETRY_MAX: Duration = Duration::from_secs(5);
 
 impl Osd {
     /// `member`'s whole copy of `object` and its version.
@@ -78,17 +80,27 @@ impl Osd {
         else {
             return Err(reasons.join("; "));
         };
-        let write = EngineRequest::WriteVersioned {
+        let write = |version| EngineRequest::WriteVersioned {
             object,
             offset_bytes: 0,
             data: AlignedBuffer::from_slice(&data),
-            version: held,
+            version,
         };
-        match self.engine.submit(write).await {
-            Ok(_) => Ok(()),
-            Err(EngineError::StaleVersion { current, .. }) if current >= held => Ok(()),
-            Err(error) => Err(format!("writing {object} pulled from osd.{source}: {error}")),
-        }
+        let written = match self.engine.submit(write(held)).await {
+            // Holding exactly that version already: the same contents.
+            Err(EngineError::StaleVersion { current, .. }) if current == held => Ok(()),
+            // This OSD knows a newer version than the newest a required set holds: a write no
+            // one acknowledged, or the delete that discarded it in this peering. The pulled
+            // copy replaces it at a version above (minted at this epoch, as a write would be);
+            // keeping the newer one, or nothing, would lose the acknowledged write.
+            Err(EngineError::StaleVersion { current, .. }) => {
+                let above = cluster::mint_version(epoch, Some(current));
+                tracing::info!(osd = self.id, pg = %pg, %object, pulled = held, current, above, "a pulled copy replaces a newer version no one acknowledged");
+                self.engine.submit(write(above)).await.map(|_| ())
+            }
+            other => other.map(|_| ()),
+        };
+        written.map_err(|error| format!("writing {object} pulled from osd.{source}: {error}"))
     }
 
     /// Copies `object` from this OSD to `member`, which holds version `held` of it (`None`: no
@@ -379,7 +391,13 @@ impl Osd {
                 bytes = copied_bytes, recovery_ms = started.elapsed().as_millis() as u64, "pg recovered"
             );
         }
-        self.record_clean(&state).await;
+        // A record the lease or the store refused now is tried again: a backfilling PG ends
+        // only with it.
+        let mut pause = RECOVERY_RETRY;
+        while !self.record_clean(&state).await && self.pgs.is_current(&state) {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(CLEAN_RECORD_RETRY_MAX);
+        }
     }
 
     /// Lists `member`'s objects of the PG and records what it lacks.
@@ -438,30 +456,46 @@ impl Osd {
     }
 
     /// Replaces the PG's history with "clean at this epoch" when it says more than that.
-    async fn record_clean(self: &Rc<Self>, state: &Rc<Pg>) {
+    /// `false` when it should have and could not (the lease or the store refused): the caller
+    /// tries again.
+    async fn record_clean(self: &Rc<Self>, state: &Rc<Pg>) -> bool {
         let pg = state.id;
         let _recording = state.recording.lock().await;
         let Some((history, revision, needed, first)) = state.with_active(|active| {
             // A PG's first clean record is written too: from then on its history always names
             // the members that hold its writes, which is what lets peering tell them from others.
+            // A PG with old members (acting, outside the target) is complete for the mon only
+            // when its history says clean at this very epoch: that is what ends its backfill.
+            let backfilling = active.acting.iter().any(|osd| !active.target.contains(osd));
             let needed = !active.history.intervals.is_empty()
-                || active.history.clean.as_ref().is_none_or(|clean| !same_members(&clean.members, &active.acting));
+                || active.history.clean.as_ref().is_none_or(|clean| {
+                    !same_members(&clean.members, &active.acting) || (backfilling && clean.epoch != state.epoch)
+                });
             let clean = Interval { epoch: state.epoch, members: active.acting.clone() };
             let first = active.history.clean.is_none();
             (History { clean: Some(clean), intervals: Vec::new() }, active.history_revision, needed, first)
         }) else {
-            return;
+            return true;
         };
-        if !needed || self.fence().is_err() {
-            return;
+        if !needed {
+            return true;
+        }
+        if let Err(error) = self.fence() {
+            tracing::debug!(osd = self.id, pg = %pg, epoch = state.epoch, %error, "cannot record the pg clean now");
+            return false;
         }
         match self.write_history(state, history, revision).await {
             // A new PG's first record is the healthy start, not news.
             Ok(Written::At(_)) if first => tracing::debug!(osd = self.id, pg = %pg, epoch = state.epoch, "pg clean"),
             Ok(Written::At(_)) => tracing::info!(osd = self.id, pg = %pg, epoch = state.epoch, "pg clean"),
+            // Someone else wrote it: the PG peers again.
             Ok(Written::Changed) => {}
-            Err(reason) => tracing::warn!(osd = self.id, pg = %pg, %reason, "cannot record the pg clean"),
+            Err(reason) => {
+                tracing::warn!(osd = self.id, pg = %pg, %reason, "cannot record the pg clean");
+                return false;
+            }
         }
+        true
     }
 }
 
