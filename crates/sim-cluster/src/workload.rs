@@ -113,7 +113,7 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     // two OSDs that both keep their leases stalls the PGs that need that link until it heals
     // (no OSD reports a peer it cannot reach yet; docs/testing.md).
     nodes.network.heal_all();
-    match two_copies_impaired(nodes) {
+    match two_copies_impaired(nodes, options.min_size) {
         // An object whose copy on the down OSD is its only good one (the rotted copy fails its
         // checksums, the third may be one still catching up) has no readable copy up: its PG
         // waits for the OSD, as it must. The flipped bits may have been repaired meanwhile; the
@@ -157,12 +157,18 @@ async fn final_reads(volumes: &[Rc<Volume>], run: &Run, who: &str, bounded: bool
 
 /// Why some object may have no readable copy up while the faults hold: bits flipped in one
 /// OSD's copies and another OSD down or paused (with three copies, the third may be one still
-/// catching up).
-fn two_copies_impaired(nodes: &Nodes) -> Option<String> {
+/// catching up), or with `min_size` 1 any OSD down or paused.
+fn two_copies_impaired(nodes: &Nodes, min_size: u8) -> Option<String> {
+    let down = |index: usize| !nodes.is_running(index) || nodes.with_osd(index, |osd| osd.pause.is_paused());
+    // With min_size 1 a write may have been acknowledged with the one copy on the OSD left down:
+    // its PG waits for that OSD, as it must.
+    if min_size < 2 {
+        if let Some(index) = (0..nodes.count()).find(|&index| down(index)) {
+            return Some(format!("min_size 1 and {} is down or paused", nodes.name(index)));
+        }
+    }
     let rotted = nodes.rotted.borrow().clone()?;
-    let impaired = (0..nodes.count()).find(|&index| {
-        nodes.name(index) != rotted && (!nodes.is_running(index) || nodes.with_osd(index, |osd| osd.pause.is_paused()))
-    })?;
+    let impaired = (0..nodes.count()).find(|&index| nodes.name(index) != rotted && down(index))?;
     Some(format!("bits flipped in {rotted}'s copies and {} is down or paused", nodes.name(impaired)))
 }
 
