@@ -11,8 +11,8 @@
 //!
 //! - `registration.rs`: the OSD id and the `/basalt/osd/<id>` record.
 //! - `liveness.rs`: the leased liveness key, renewal, and fencing.
-//! - `ops/`: the ops, by role: `admission.rs` (may this OSD serve it: pure), `primary.rs`, `secondary.rs`, `connection.rs` (Flush order), `peering.rs` and `recovery.rs` (a new primary's peering, copying objects to members that lack them); `locks.rs`: per-object queues.
-//! - `pg_state.rs`: the PGs this OSD leads (peering, inactive, active and who is catching up); `pg_history.rs`: their history records in the store.
+//! - `ops/`: the requests, by role: `admission.rs` (may this OSD serve it: pure), `primary.rs`, `secondary.rs`, `connection.rs` (Flush order); `locks.rs`: per-object queues.
+//! - `pg/`: the PGs' life apart from requests: `state.rs` (the PGs this OSD leads: peering, inactive, active and who is catching up), `history.rs` (their records in the store), `peering.rs`, `recovery.rs`, `scrub.rs`, `stray.rs`.
 //! - `peers.rs`: connections to the other members of a PG; `server.rs`: the listener.
 //!
 //! `docs/design/osd.md` describes the behaviour: ops, epochs, versions, fencing, threading.
@@ -27,8 +27,7 @@ mod ops;
 mod pacer;
 mod peer_watch;
 mod peers;
-mod pg_history;
-mod pg_state;
+mod pg;
 pub mod planted;
 mod registration;
 mod server;

@@ -5,16 +5,12 @@
 //! this OSD may serve a request at all; `primary` serves clients' reads and writes and
 //! replicates the writes; `secondary` applies what a primary sends; this file dispatches and
 //! serves the ops that address no PG's data (ObjectInfo, Flush, Ping, Space, PgStates);
-//! `peering` and `recovery` bring a PG up after its acting set changed.
+//! bringing a PG up after its acting set changed, recovery, scrub and strays are in `crate::pg`.
 
 mod admission;
 mod connection;
-mod peering;
 mod primary;
-mod recovery;
-mod scrub;
 mod secondary;
-mod stray;
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -28,15 +24,17 @@ use meta::MetaStore;
 use tokio::sync::{watch, Notify, Semaphore};
 use wire::{Body, Frame, Opcode, PgId, Request, Response, Status};
 
-use self::admission::{Admitted, Decision, PgView, Role};
+pub(crate) use self::admission::PgView;
+use self::admission::{Admitted, Decision, Role};
 pub(crate) use self::connection::{ConnectionState, Ticket};
-use self::primary::Mutation;
+pub(crate) use self::primary::Mutation;
 use crate::engine_io::EngineIo;
 use crate::liveness::Liveness;
 use crate::locks::ObjectLocks;
 use crate::pacer::Pacer;
 use crate::peers::Peers;
-use crate::pg_state::PgStates;
+use crate::pg::state::PgStates;
+use crate::pg::{peering, scrub};
 
 /// How long a client's op waits for its PG to finish peering before answering `Busy`.
 const PEERING_WAIT: Duration = Duration::from_secs(5);
@@ -157,36 +155,36 @@ pub(crate) struct Osd {
     pub(crate) peers: Peers,
     pub(crate) store: Arc<dyn MetaStore>,
     pub(crate) pgs: PgStates,
-    peering_slots: Rc<Semaphore>,
-    object_size_bytes: u32,
+    pub(crate) peering_slots: Rc<Semaphore>,
+    pub(crate) object_size_bytes: u32,
     pub(crate) map: watch::Receiver<Arc<ClusterMap>>,
-    locks: ObjectLocks,
-    epoch_wait: Duration,
+    pub(crate) locks: ObjectLocks,
+    pub(crate) epoch_wait: Duration,
     /// How long a client's op waits for its PG to finish peering before answering `Busy`.
-    peering_wait: Duration,
-    ops_in_flight: Cell<usize>,
-    ops_idle: Notify,
-    stopping: Cell<bool>,
+    pub(crate) peering_wait: Duration,
+    pub(crate) ops_in_flight: Cell<usize>,
+    pub(crate) ops_idle: Notify,
+    pub(crate) stopping: Cell<bool>,
     /// Paces recovery, backfill and scrub against client ops (`pacer.rs`).
     pub(crate) pacer: Pacer,
-    scrubs: scrub::ScrubLog,
+    pub(crate) scrubs: scrub::ScrubLog,
     /// Members that answered a write with `NoSpace`, and when: new objects of their PGs are
     /// refused for [`MEMBER_FULL_HOLD`] before this OSD writes its own copy.
-    members_full: std::cell::RefCell<std::collections::BTreeMap<u32, tokio::time::Instant>>,
+    pub(crate) members_full: std::cell::RefCell<std::collections::BTreeMap<u32, tokio::time::Instant>>,
     /// PGs that came up clean since the last summary line.
-    quiet_activations: QuietActivations,
+    pub(crate) quiet_activations: QuietActivations,
 }
 
 /// Counts PGs that came up clean, for one summary line once a burst of them is over (a healthy
 /// start logs one line per OSD, not one per PG).
 #[derive(Default)]
-struct QuietActivations {
+pub(crate) struct QuietActivations {
     count: Cell<u64>,
     last: Cell<Option<tokio::time::Instant>>,
 }
 
 impl QuietActivations {
-    fn note(&self) {
+    pub(crate) fn note(&self) {
         self.count.set(self.count.get() + 1);
         self.last.set(Some(tokio::time::Instant::now()));
     }
@@ -257,7 +255,7 @@ impl Osd {
     /// Refuses a new object (`object` not held here) while this OSD's drive is past the full
     /// ratio, or while one of `members` answered `NoSpace` within [`MEMBER_FULL_HOLD`]:
     /// overwrites and deletes go on, and a write is refused before any copy of it is made.
-    pub(super) fn refuse_new_object(&self, object: ObjectId, members: &[u32]) -> Result<(), OpError> {
+    pub(crate) fn refuse_new_object(&self, object: ObjectId, members: &[u32]) -> Result<(), OpError> {
         if self.object_exists(object) {
             return Ok(());
         }
@@ -275,7 +273,7 @@ impl Osd {
     }
 
     /// Remembers that `member` answered a write with `NoSpace`.
-    pub(super) fn member_full(&self, member: u32) {
+    pub(crate) fn member_full(&self, member: u32) {
         self.members_full.borrow_mut().insert(member, tokio::time::Instant::now());
     }
 
@@ -465,7 +463,7 @@ impl Osd {
         self.map.borrow().pg_epoch_and_primary(pg.pool, pg.pg).map_or(0, |(epoch, _)| epoch)
     }
 
-    fn fence(&self) -> Result<(), OpError> {
+    pub(crate) fn fence(&self) -> Result<(), OpError> {
         if self.liveness.may_serve() {
             Ok(())
         } else {
@@ -483,11 +481,16 @@ impl Osd {
         Ok(Response::ObjectInfo { version, data_crc32c: crc32c::crc32c(&data) })
     }
 
-    fn object_exists(&self, object: ObjectId) -> bool {
+    pub(crate) fn object_exists(&self, object: ObjectId) -> bool {
         self.engine.with(|engine| engine.object_exists(object))
     }
 
-    async fn read(&self, object: ObjectId, offset_bytes: u32, length_bytes: u32) -> Result<(u64, Bytes), OpError> {
+    pub(crate) async fn read(
+        &self,
+        object: ObjectId,
+        offset_bytes: u32,
+        length_bytes: u32,
+    ) -> Result<(u64, Bytes), OpError> {
         match self.engine.submit(EngineRequest::Read { object, offset_bytes, length_bytes }).await? {
             Reply::Read { version, data } => Ok((version, Bytes::from_owner(BufferBytes(data)))),
             other => unreachable!("the engine answered a read with {other:?}"),

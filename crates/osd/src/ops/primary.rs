@@ -13,28 +13,29 @@ use wire::{Opcode, PgId, Request, Response, Status};
 use std::rc::Rc;
 
 use super::admission::{self, PgView};
-use super::{recovery, scrub, OpError, Osd};
+use super::{OpError, Osd};
 use crate::limits::OBJECT_SIZE_MAX_BYTES;
-use crate::pg_state::Pg;
+use crate::pg::state::Pg;
+use crate::pg::{recovery, scrub};
 
 /// Zeros for WriteZeroes and partial Trims, sliced without allocating.
 static ZEROS: [u8; OBJECT_SIZE_MAX_BYTES] = [0; OBJECT_SIZE_MAX_BYTES];
 
 /// A change to one object, as the primary sends it to every member.
-pub(super) enum Mutation {
+pub(crate) enum Mutation {
     Write { offset_bytes: u32, data: Bytes },
     Delete,
 }
 
 impl Mutation {
     /// Zeros over `length_bytes` at `offset_bytes`.
-    pub(super) fn zeros(offset_bytes: u32, length_bytes: u32) -> Mutation {
+    pub(crate) fn zeros(offset_bytes: u32, length_bytes: u32) -> Mutation {
         Mutation::Write { offset_bytes, data: Bytes::from_static(&ZEROS[..length_bytes as usize]) }
     }
 }
 
 impl Osd {
-    pub(super) async fn primary_read(
+    pub(crate) async fn primary_read(
         self: &Rc<Self>,
         pg: PgId,
         epoch: u64,
@@ -81,7 +82,7 @@ impl Osd {
         Ok(Response::Read { data })
     }
 
-    pub(super) async fn primary_stat(&self, pg: PgId, epoch: u64, object: ObjectId) -> Result<Response, OpError> {
+    pub(crate) async fn primary_stat(&self, pg: PgId, epoch: u64, object: ObjectId) -> Result<Response, OpError> {
         let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
         let _object = self.locks.read(object).await;
         self.still_primary(pg, epoch)?;
@@ -94,7 +95,7 @@ impl Osd {
     }
 
     /// A Trim of a whole object deletes it; of part of one, writes zeros.
-    pub(super) fn trim_mutation(&self, offset_bytes: u32, length_bytes: u32) -> Mutation {
+    pub(crate) fn trim_mutation(&self, offset_bytes: u32, length_bytes: u32) -> Mutation {
         if offset_bytes == 0 && length_bytes == self.object_size_bytes {
             Mutation::Delete
         } else {
@@ -103,13 +104,13 @@ impl Osd {
     }
 
     /// After a wait (for the object's queue), the map may have moved on.
-    pub(super) fn still_primary(&self, pg: PgId, epoch: u64) -> Result<(), OpError> {
+    pub(crate) fn still_primary(&self, pg: PgId, epoch: u64) -> Result<(), OpError> {
         let map = self.map.borrow().clone();
         admission::still_primary(PgView::lookup(&map, pg), self.id, epoch)
     }
 
     /// After a wait, the PG may be peering again.
-    pub(super) fn still_active(&self, state: &Rc<Pg>) -> Result<(), OpError> {
+    pub(crate) fn still_active(&self, state: &Rc<Pg>) -> Result<(), OpError> {
         if self.pgs.is_current(state) && state.is_active() {
             Ok(())
         } else {
@@ -121,7 +122,7 @@ impl Osd {
     /// members in the PG's history if it is not clean, mint the version, write on every member
     /// that holds the object (every member for a whole-object write), and succeed only if each
     /// of them has it durable.
-    pub(super) async fn replicate(
+    pub(crate) async fn replicate(
         self: &Rc<Self>,
         pg: PgId,
         epoch: u64,
@@ -147,7 +148,7 @@ impl Osd {
     }
 
     /// [`Osd::replicate`] for a caller that holds the object's write queue.
-    pub(super) async fn replicate_held(
+    pub(crate) async fn replicate_held(
         self: &Rc<Self>,
         state: &Rc<Pg>,
         object: ObjectId,

@@ -9,7 +9,7 @@ use super::{OpError, Osd};
 use cluster::object_pg;
 
 impl Osd {
-    pub(super) async fn sec_write(
+    pub(crate) async fn sec_write(
         &self,
         object: ObjectId,
         version: u64,
@@ -29,7 +29,7 @@ impl Osd {
     /// (catch-up, `recovery.rs`). One run of pages is written as it comes; scattered pages are
     /// laid over this member's copy and the object written whole, so the new version appears
     /// at once or not at all.
-    pub(super) async fn sec_write_pages(
+    pub(crate) async fn sec_write_pages(
         &self,
         object: ObjectId,
         base_version: u64,
@@ -62,7 +62,7 @@ impl Osd {
             // A copy that cannot be read is no base to build on: the primary sends it whole.
             let (read_version, copy) = match self.read(object, 0, self.object_size_bytes).await {
                 Ok(copy) => copy,
-                Err(error) if super::scrub::unreadable(&error) => {
+                Err(error) if crate::pg::scrub::unreadable(&error) => {
                     return Err(OpError::BaseNotHeld { object, base_version, reason: error.to_string() })
                 }
                 Err(error) => return Err(error),
@@ -79,12 +79,12 @@ impl Osd {
         Ok(Response::SecWritePages)
     }
 
-    pub(super) async fn sec_delete(&self, object: ObjectId, version: u64) -> Result<Response, OpError> {
+    pub(crate) async fn sec_delete(&self, object: ObjectId, version: u64) -> Result<Response, OpError> {
         self.apply_versioned(object, version, EngineRequest::DeleteVersioned { object, version }).await?;
         Ok(Response::SecDelete)
     }
 
-    pub(super) async fn sec_read(
+    pub(crate) async fn sec_read(
         &self,
         object: ObjectId,
         offset_bytes: u32,
@@ -98,7 +98,7 @@ impl Osd {
     }
 
     /// The PG's objects at or after `start`, in order, at most `count_max`.
-    pub(super) fn sec_list(&self, pg: u32, pg_count: u32, start: ObjectId, count_max: u32) -> Response {
+    pub(crate) fn sec_list(&self, pg: u32, pg_count: u32, start: ObjectId, count_max: u32) -> Response {
         let count_max = count_max.min(wire::limits::LIST_ENTRIES_MAX_COUNT) as usize;
         let entries = self.engine.with(|engine| {
             engine

@@ -11,8 +11,7 @@ use cluster::{object_pg, ClusterMap, VolumeRecord};
 use engine::{EngineError, ObjectId, Request as EngineRequest};
 use wire::PgId;
 
-use super::Osd;
-use crate::pg_history;
+use crate::ops::Osd;
 
 /// How often the OSD looks for stray copies.
 const STRAY_CHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -55,7 +54,7 @@ impl Osd {
 
     /// Deletes this OSD's copies of `pg` if its history is clean without this OSD.
     async fn remove_stray_pg(&self, pg: PgId, objects: Vec<(ObjectId, u64)>) -> Result<(), String> {
-        let (history, _) = pg_history::read(self.store.as_ref(), pg).await?;
+        let (history, _) = super::history::read(self.store.as_ref(), pg).await?;
         let needed = history.required().any(|set| set.members.contains(&self.id));
         if history.clean.is_none() || needed {
             return Ok(());

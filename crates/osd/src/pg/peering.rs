@@ -15,10 +15,10 @@ use engine::ObjectId;
 use tokio::time::Instant;
 use wire::{PgId, Request, Response};
 
-use super::admission::PgView;
-use super::Osd;
-use crate::pg_history;
-use crate::pg_state::{Active, Pg, Phase};
+use crate::ops::Osd;
+use crate::ops::PgView;
+
+use super::state::{Active, Pg, Phase};
 
 /// PGs peering at once on one OSD.
 pub(crate) const PEERING_CONCURRENCY: usize = 8;
@@ -98,7 +98,7 @@ impl Osd {
 
     /// Peers `pg` again at its epoch (a member's connection failed: it may have restarted and
     /// lost what it had not made durable).
-    pub(super) fn peer_again(self: &Rc<Self>, state: &Rc<Pg>) {
+    pub(crate) fn peer_again(self: &Rc<Self>, state: &Rc<Pg>) {
         if self.pgs.is_current(state) {
             tracing::info!(osd = self.id, pg = %state.id, epoch = state.epoch, "peering again");
             self.peer(self.pgs.begin(state.id, state.epoch, Instant::now()));
@@ -163,7 +163,7 @@ impl Osd {
         }
         let acting = view.members.to_vec();
         let target = map.pg_tables[&pg.pool].target(pg.pg as usize).to_vec();
-        let (history, history_revision) = pg_history::read(self.store.as_ref(), pg).await?;
+        let (history, history_revision) = super::history::read(self.store.as_ref(), pg).await?;
 
         // Every member of the acting set and of every recorded set that is up answers. An OSD
         // marked down on its peers' reports is not asked: a link to it may be cut, and waiting on
@@ -275,7 +275,7 @@ impl Osd {
     }
 
     /// The PgStates reply: every PG this OSD leads, as far as one reply holds.
-    pub(super) fn pg_states(&self) -> Response {
+    pub(crate) fn pg_states(&self) -> Response {
         let pgs =
             self.pgs.all().iter().take(wire::limits::PG_REPORTS_MAX_COUNT as usize).map(|pg| pg.report()).collect();
         Response::PgStates { history_writes: self.pgs.history_writes(), copied_bytes: self.pgs.copied_bytes(), pgs }
@@ -284,7 +284,7 @@ impl Osd {
     /// The VolumeRedundancy reply: volume `inode`'s objects in the PGs this OSD leads, and those
     /// a member of their PG's target set does not hold yet (every object of a PG whose target
     /// member is not acting, not listed yet, or not active).
-    pub(super) fn volume_redundancy(&self, inode: u64) -> Response {
+    pub(crate) fn volume_redundancy(&self, inode: u64) -> Response {
         let map = self.map.borrow().clone();
         let pool = cluster::VolumeRecord::pool_of(inode);
         let Some(pg_count) = map.pools.get(&pool).map(|pool| pool.pg_count) else {
@@ -313,7 +313,7 @@ impl Osd {
         Response::VolumeRedundancy { objects, degraded_objects }
     }
 
-    pub(super) fn still_current(&self, state: &Rc<Pg>) -> Result<(), String> {
+    pub(crate) fn still_current(&self, state: &Rc<Pg>) -> Result<(), String> {
         if self.pgs.is_current(state) {
             Ok(())
         } else {
@@ -322,7 +322,7 @@ impl Osd {
     }
 
     /// This OSD's objects of PG `pg` and their versions, in order.
-    pub(super) fn list_local(&self, pg: u32, pg_count: u32) -> Listing {
+    pub(crate) fn list_local(&self, pg: u32, pg_count: u32) -> Listing {
         self.engine.with(|engine| {
             engine
                 .list_objects()
@@ -334,7 +334,7 @@ impl Osd {
 
     /// A member's objects of the PG, page by page. A page that is out of order or starts before
     /// what was asked is the member's fault: the whole list fails.
-    pub(super) async fn list_member(
+    pub(crate) async fn list_member(
         &self,
         osd: u32,
         address: &str,

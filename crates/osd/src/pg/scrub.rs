@@ -21,10 +21,10 @@ use engine::{EngineError, ObjectId};
 use stdx::HashMap;
 use wire::{PgId, Request, Response, Status};
 
-use super::primary::Mutation;
-use super::{OpError, Osd};
+use super::state::Pg;
+use crate::ops::Mutation;
+use crate::ops::{OpError, Osd};
 use crate::pacer::Priority;
-use crate::pg_state::Pg;
 
 /// How often the OSD looks for PGs to scrub.
 const SCRUB_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -256,7 +256,7 @@ impl Osd {
     /// Under the object's queue: looks at every member's copy again and, if they disagree,
     /// rewrites the object on every member from a good copy: `Ok(Some(data))` with the data it
     /// wrote, `Ok(None)` when the copies agree.
-    pub(super) async fn repair(
+    pub(crate) async fn repair(
         self: &Rc<Self>,
         state: &Rc<Pg>,
         object: ObjectId,
@@ -327,7 +327,7 @@ impl Osd {
 
 /// Why a repair did not rewrite an object.
 #[derive(Debug)]
-pub(super) enum RepairError {
+pub(crate) enum RepairError {
     /// No member holds a readable copy.
     Unrepairable(String),
     /// A member did not answer, the PG moved on, or the rewrite failed: a later try may work.
@@ -345,7 +345,7 @@ impl std::fmt::Display for RepairError {
 
 /// Whether a read failed on this copy alone (checksums, or the drive refusing the read), so
 /// that a member's good copy can replace it.
-pub(super) fn unreadable(error: &OpError) -> bool {
+pub(crate) fn unreadable(error: &OpError) -> bool {
     matches!(
         error,
         OpError::Engine(EngineError::Corrupt { .. } | EngineError::MetaCorrupt { .. } | EngineError::Disk(_))

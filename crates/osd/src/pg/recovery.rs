@@ -16,13 +16,13 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 use wire::{Opcode, PgId, Request, Response, Status};
 
-use super::{OpError, Osd};
-use crate::pg_history::{self, Written};
-use crate::pg_state::{same_members, Active, Pg};
+use super::history::Written;
+use super::state::{same_members, Active, Pg};
+use crate::ops::{OpError, Osd};
 
 /// Why a copy of an object to a member did not land.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum CopyError {
+pub(crate) enum CopyError {
     /// The member holds, or remembers, a newer version than the one sent (a copy it deleted
     /// at one above the version it held, `stray.rs`, or discarded in peering): the object must
     /// be written again above it.
@@ -47,7 +47,7 @@ const CLEAN_RECORD_RETRY_MAX: Duration = Duration::from_secs(5);
 
 impl Osd {
     /// `member`'s whole copy of `object` and its version.
-    pub(super) async fn read_member_copy(
+    pub(crate) async fn read_member_copy(
         &self,
         pg: PgId,
         epoch: u64,
@@ -64,7 +64,7 @@ impl Osd {
 
     /// Copies `object` to this OSD from the first of `sources` that answers with a readable
     /// copy at `version` or later (a source's copy may fail its checksums or its drive).
-    pub(super) async fn pull(
+    pub(crate) async fn pull(
         &self,
         pg: PgId,
         epoch: u64,
@@ -107,7 +107,7 @@ impl Osd {
     /// copy); `holders` are other members holding this OSD's version, for when this OSD's copy
     /// cannot be read. Returns the bytes sent.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn push(
+    pub(crate) async fn push(
         &self,
         pg: PgId,
         epoch: u64,
@@ -125,7 +125,7 @@ impl Osd {
     /// older version this OSD's engine remembers the writes since receives only the pages they
     /// changed; any other gets the whole object.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn push_held(
+    pub(crate) async fn push_held(
         &self,
         pg: PgId,
         epoch: u64,
@@ -258,13 +258,13 @@ impl Osd {
         state.with_active(|active| active.raise_floor(object, known + 1));
         let data = self.copy_to_send(state.id, state.epoch, object, holders).await?.1;
         tracing::info!(osd = self.id, pg = %state.id, %object, "rewriting an object a member refused at its version");
-        let mutation = super::primary::Mutation::Write { offset_bytes: 0, data };
+        let mutation = crate::ops::Mutation::Write { offset_bytes: 0, data };
         Box::pin(self.replicate_held(state, object, mutation)).await.map_err(|error| error.to_string())
     }
 
     /// Deletes `member`'s copy of `object`, held at version `held`, with a version just above it:
     /// below any version a later epoch mints, so the object's next write is accepted.
-    pub(super) async fn discard(
+    pub(crate) async fn discard(
         &self,
         pg: PgId,
         epoch: u64,
@@ -292,7 +292,7 @@ impl Osd {
 
     /// Makes sure the PG's history covers a write at this epoch (`Active::recorded`), writing
     /// the acting set into it if not.
-    pub(super) async fn ensure_recorded(self: &Rc<Self>, state: &Rc<Pg>) -> Result<(), OpError> {
+    pub(crate) async fn ensure_recorded(self: &Rc<Self>, state: &Rc<Pg>) -> Result<(), OpError> {
         let pg = state.id;
         if state.with_active(|active| active.recorded(state.epoch)) != Some(false) {
             return Ok(());
@@ -326,7 +326,7 @@ impl Osd {
         revision: i64,
     ) -> Result<Written, String> {
         self.pgs.count_history_write();
-        let written = pg_history::write(self.store.as_ref(), state.id, &history, revision).await?;
+        let written = super::history::write(self.store.as_ref(), state.id, &history, revision).await?;
         match written {
             Written::At(revision) => {
                 state.with_active(|active| {
@@ -347,7 +347,7 @@ impl Osd {
     /// object (the pacer holds the whole OSD to that bound): one at a time, a PG's copy would
     /// wait out every round trip and durable write in turn, and a backfill onto one new OSD,
     /// which spans few PGs per primary, would go at a fraction of the disk's rate.
-    pub(super) async fn recover(self: Rc<Self>, state: Rc<Pg>) {
+    pub(crate) async fn recover(self: Rc<Self>, state: Rc<Pg>) {
         let started = Instant::now();
         let (objects_at_start, _) = state.with_active(|active| active.recovery_left()).unwrap_or_default();
         let mut copied_bytes = 0u64;
@@ -541,7 +541,7 @@ fn held_by(active: &Active, member: u32, object: ObjectId) -> Option<u64> {
 }
 
 /// `member` holds `object` now.
-pub(super) fn forget(active: &mut Active, member: u32, object: ObjectId) {
+pub(crate) fn forget(active: &mut Active, member: u32, object: ObjectId) {
     if let Some(objects) = active.missing.get_mut(&member) {
         objects.remove(&object);
     }
@@ -549,6 +549,6 @@ pub(super) fn forget(active: &mut Active, member: u32, object: ObjectId) {
 
 /// Whether a write's failure means a member may have lost state (its connection broke, so it
 /// may have restarted without what it had not made durable): the PG peers again.
-pub(super) fn lost_member(error: &OpError) -> bool {
+pub(crate) fn lost_member(error: &OpError) -> bool {
     matches!(error, OpError::SecondaryUnreachable { .. })
 }
