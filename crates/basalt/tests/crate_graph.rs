@@ -169,11 +169,11 @@ fn features_of(package: &str) -> BTreeSet<String> {
     String::from_utf8(output.stdout).expect("cargo tree prints UTF-8").lines().map(str::to_string).collect()
 }
 
-/// Test machinery (planted bugs, the simulated network) is behind features only the
+/// Test machinery (planted bugs, the simulated network, coverage counts) is behind features only the
 /// simulator enables: the binary built alone, as a release is, has none of it.
 #[test]
 fn the_binary_leaves_the_test_machinery_out() {
-    let machinery = [r#"net feature "sim""#, r#"osd feature "planted""#];
+    let machinery = [r#"net feature "sim""#, r#"osd feature "planted""#, r#"stdx feature "coverage-marks""#];
     let binary = features_of("basalt");
     for feature in machinery {
         assert!(!binary.contains(feature), "basalt is built with {feature}");

@@ -18,7 +18,10 @@
 //! - `faults.rs`: the faults drawn while the clients run (kills, pauses, cuts, disk faults,
 //!   store stalls, watch lag, clock skew), one at a time.
 //! - `node_store.rs`: the metadata store as each node reaches it, through the network's cuts.
-//! - `scenarios.rs`: the real-process failure tests' scripts, on the simulated cluster.
+//! - `scenarios.rs`: the real-process failure tests' scripts, on the simulated cluster;
+//!   `every_copy_rots.rs`: one past what the pool survives.
+//! - `membership.rs`, `scrubs.rs`: an operator's membership changes and scrubs while the
+//!   clients run.
 //! - `settle.rs`: every PG clean on its target set within a bound once the faults stop.
 //! - `replicas.rs`: then every copy of every object identical, before and after a scrub.
 //! - `pause.rs`: a node paused as SIGSTOP pauses a process.
@@ -34,6 +37,7 @@ compile_error!("the simulation seeds tokio's RNG, which needs `--cfg tokio_unsta
 mod clock;
 mod cluster;
 mod down_reports;
+mod every_copy_rots;
 mod faults;
 mod gateway;
 mod history;
@@ -44,6 +48,7 @@ mod node_store;
 mod pause;
 mod replicas;
 mod scenarios;
+mod scrubs;
 mod settle;
 mod trace;
 mod workload;
@@ -86,8 +91,8 @@ pub struct SimOptions {
     /// reaches): an OSD down this long is marked out, its PGs move to other OSDs (backfill)
     /// and come back when it returns (stray removal).
     pub down_out_interval: Option<Duration>,
-    /// Whether OSDs are marked out and in, and reweighted, while the clients run
-    /// (`membership.rs`); on with a drawn geometry.
+    /// Whether OSDs are marked out and in, and reweighted, and scrubs requested, while the
+    /// clients run (`membership.rs`, `scrubs.rs`); on with a drawn geometry.
     pub membership_changes: bool,
 }
 

@@ -125,6 +125,16 @@ fn node_of(map: &ClusterMap, osd: u32) -> String {
 
 /// Scrubs every PG and waits for all of them; returns how many copies were repaired.
 async fn scrub_all(store: &Arc<dyn MetaStore>) -> Result<u64, String> {
+    let progress = scrub_every_pg(store).await?;
+    if progress.unrepairable > 0 {
+        return Err(format!("the scrub found {} unrepairable copies: {progress:?}", progress.unrepairable));
+    }
+    Ok(progress.repaired)
+}
+
+/// Requests a scrub of every PG, as `basalt scrub --wait` does, and waits until every PG is
+/// done: its progress then.
+pub(crate) async fn scrub_every_pg(store: &Arc<dyn MetaStore>) -> Result<mon::views::ScrubProgressView, String> {
     let map = cluster_watch::load(store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))?;
     let request = mon::scrub::request(store.as_ref(), &map, &mon::views::ScrubRequestBody::default())
         .await
@@ -136,10 +146,7 @@ async fn scrub_all(store: &Arc<dyn MetaStore>) -> Result<u64, String> {
             .await
             .map_err(|error| format!("the scrub's progress: {error}"))?;
         if progress.pgs_done == progress.pgs_total {
-            if progress.unrepairable > 0 {
-                return Err(format!("the scrub found {} unrepairable copies: {progress:?}", progress.unrepairable));
-            }
-            return Ok(progress.repaired);
+            return Ok(progress);
         }
         if started.elapsed() > SCRUB_DEADLINE {
             return Err(format!("the scrub of every PG did not finish within {SCRUB_DEADLINE:?}: {progress:?}"));

@@ -49,10 +49,14 @@ pub enum Scenario {
     LinkCut,
     /// The same with packets dropped one way only: the replies of one OSD to the other.
     OneWayLinkCut,
+    /// Past what the pool survives, with no real-process test to mirror: every copy of one
+    /// object rots; reads wait while a member is away, then fail, and the scrub reports it
+    /// (`every_copy_rots.rs`).
+    EveryCopyRots,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::KillPrimary,
         Scenario::PausePrimary,
         Scenario::RollingRestarts,
@@ -62,6 +66,7 @@ impl Scenario {
         Scenario::FastDown,
         Scenario::LinkCut,
         Scenario::OneWayLinkCut,
+        Scenario::EveryCopyRots,
     ];
 
     /// The name a replay names it by.
@@ -76,6 +81,7 @@ impl Scenario {
             Scenario::FastDown => "fast-down",
             Scenario::LinkCut => "link-cut",
             Scenario::OneWayLinkCut => "one-way-link-cut",
+            Scenario::EveryCopyRots => "every-copy-rots",
         }
     }
 
@@ -89,6 +95,8 @@ impl Scenario {
         match self {
             Scenario::PastSets => SimOptions { osds: 2, replicas: 2, min_size: 1, ..base },
             Scenario::FastDown => SimOptions { osd_lease: Duration::from_secs(60), ..base },
+            // The scenario writes and reads alone: no client may touch the rotted object.
+            Scenario::EveryCopyRots => SimOptions { clients: 0, ..base },
             _ => base,
         }
     }
@@ -119,6 +127,7 @@ pub(crate) async fn play(scenario: Scenario, stage: Stage<'_>) {
         Scenario::FastDown => fast_down(&stage).await,
         Scenario::LinkCut => link_cut(&stage, true).await,
         Scenario::OneWayLinkCut => link_cut(&stage, false).await,
+        Scenario::EveryCopyRots => crate::every_copy_rots::play(&stage).await,
     };
     match played {
         Ok(()) => stage.run.record(format_args!("scenario {scenario:?} played")),
@@ -329,7 +338,7 @@ async fn busiest_primary(stage: &Stage<'_>) -> Result<(usize, Vec<(u32, u32)>), 
 }
 
 /// The OSD id node `index` registered as.
-async fn osd_of(stage: &Stage<'_>, index: usize) -> Result<u32, String> {
+pub(crate) async fn osd_of(stage: &Stage<'_>, index: usize) -> Result<u32, String> {
     let map = load(stage).await?;
     let name = stage.nodes.name(index);
     map.osds
@@ -339,7 +348,7 @@ async fn osd_of(stage: &Stage<'_>, index: usize) -> Result<u32, String> {
         .ok_or_else(|| format!("{name} registered no OSD"))
 }
 
-fn index_of(stage: &Stage<'_>, map: &ClusterMap, osd: u32) -> Result<usize, String> {
+pub(crate) fn index_of(stage: &Stage<'_>, map: &ClusterMap, osd: u32) -> Result<usize, String> {
     let record = map.osds.get(&osd).ok_or_else(|| format!("no record of osd.{osd}"))?;
     let name = record.host.trim_start_matches(crate::cluster::HOST_PREFIX);
     (0..stage.nodes.count())
@@ -347,12 +356,12 @@ fn index_of(stage: &Stage<'_>, map: &ClusterMap, osd: u32) -> Result<usize, Stri
         .ok_or_else(|| format!("osd.{osd} is on no node"))
 }
 
-async fn load(stage: &Stage<'_>) -> Result<ClusterMap, String> {
+pub(crate) async fn load(stage: &Stage<'_>) -> Result<ClusterMap, String> {
     cluster_watch::load(stage.store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))
 }
 
 /// Waits until the map satisfies `done`; a violation after [`STATE_DEADLINE`].
-async fn wait_for(stage: &Stage<'_>, what: &str, done: impl Fn(&ClusterMap) -> bool) -> Result<(), String> {
+pub(crate) async fn wait_for(stage: &Stage<'_>, what: &str, done: impl Fn(&ClusterMap) -> bool) -> Result<(), String> {
     let deadline = Instant::now() + STATE_DEADLINE;
     loop {
         if done(&load(stage).await?) {

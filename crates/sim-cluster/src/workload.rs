@@ -20,7 +20,7 @@ use crate::history::{contents, Address, BLOCK_BYTES};
 use crate::nbd_client::NbdClient;
 use crate::scenarios::{self, Stage};
 use crate::SimOptions;
-use crate::{faults, membership, replicas, settle};
+use crate::{faults, membership, replicas, scrubs, settle};
 
 pub(crate) fn volume_name(index: usize) -> String {
     format!("vol{index}")
@@ -63,6 +63,8 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         let change = membership::change(derive(seed, 4), nodes.clone(), store.clone(), membership_pending.clone());
         tokio::task::spawn_local(change)
     });
+    let scrubs = (options.faults && options.membership_changes)
+        .then(|| tokio::task::spawn_local(scrubs::request(derive(seed, 5), store.clone(), run.clone())));
     let mut clients = Vec::new();
     for index in 0..options.clients {
         let node = format!("client{index}");
@@ -95,6 +97,10 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     }
     if let Some(faults) = faults {
         let _ = faults.await;
+    }
+    if let Some(scrubs) = scrubs {
+        scrubs.abort();
+        let _ = scrubs.await;
     }
     if let Some(membership) = membership {
         membership.abort();

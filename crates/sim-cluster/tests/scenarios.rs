@@ -63,3 +63,8 @@ fn a_link_cut_between_two_osds_marks_one_down_and_stalls_no_write_past_5_s() {
 fn a_one_way_cut_between_two_osds_marks_one_down_and_stalls_no_write_past_5_s() {
     play(Scenario::OneWayLinkCut);
 }
+
+#[test]
+fn an_object_whose_every_copy_rotted_is_never_served_and_is_reported() {
+    play(Scenario::EveryCopyRots);
+}

@@ -7,7 +7,9 @@
 //!   the writes that came before it.
 //! - [`wall_clock`]: the time of day, which a simulation can replace on its thread.
 //! - [`HashMap`], [`HashSet`]: std's, with an iteration order a simulation can fix.
+//! - [`coverage`]: marks at rare branches, counted when the simulator runs them.
 
+pub mod coverage;
 pub mod hash_map;
 mod slot_table;
 pub mod wall_clock;

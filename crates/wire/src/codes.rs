@@ -125,11 +125,16 @@ pub enum Status {
     /// The responder does not hold a readable copy of the object at the version a
     /// SecWritePages builds on; the sender copies the whole object instead.
     BaseNotHeld = 12,
+    /// The responder holds, or remembers (a copy it deleted one version above the one it held),
+    /// a newer version of the object than a SecWrite, SecDelete or SecWritePages sends. The
+    /// one error reply with a body: the version held (`Response::NewerVersionHeld`), so the
+    /// sender writes again above it.
+    NewerVersion = 13,
 }
 
 impl Status {
     /// Every status, in numeric order.
-    pub const ALL: [Status; 13] = [
+    pub const ALL: [Status; 14] = [
         Status::Ok,
         Status::NotPrimary,
         Status::WrongEpoch,
@@ -143,6 +148,7 @@ impl Status {
         Status::Unsupported,
         Status::ProtocolError,
         Status::BaseNotHeld,
+        Status::NewerVersion,
     ];
 
     /// The status with this number, or `None` if this build does not know it.
@@ -181,7 +187,7 @@ mod tests {
         }
         assert_eq!(Opcode::from_u16(0), None);
         assert_eq!(Opcode::from_u16(u16::MAX), None);
-        assert_eq!(Status::from_u32(13), None);
+        assert_eq!(Status::from_u32(14), None);
         assert_eq!(Status::from_u32(u32::MAX), None);
     }
 }

@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn unknown_status() {
-        for status in [13u32, 0x100, u32::MAX] {
+        for status in [14u32, 0x100, u32::MAX] {
             let mut bytes = sample(Opcode::Ping, true);
             set(&mut bytes, field_offset::STATUS, &status.to_le_bytes());
             reseal(&mut bytes);
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn status_in_request() {
-        for status in [Status::WrongEpoch.as_u32(), 13] {
+        for status in [Status::WrongEpoch.as_u32(), 14] {
             let mut bytes = sample(Opcode::Read, false);
             set(&mut bytes, field_offset::STATUS, &status.to_le_bytes());
             reseal(&mut bytes);
@@ -407,6 +407,26 @@ mod tests {
             opcode: Opcode::Write,
             kind: BodyKind::ErrorReply,
             trailing_bytes: 1,
+        };
+        check(&bytes, LIMIT, Err(expect));
+    }
+
+    #[test]
+    fn a_newer_version_reply_carries_exactly_the_version() {
+        let refused = Frame::response(5, 6, Response::NewerVersionHeld { opcode: Opcode::SecWrite, current: 77 });
+        let mut bytes = encode(&refused);
+        assert_eq!(bytes.len(), HEADER_SIZE_BYTES + 8);
+        assert_eq!(check(&bytes, LIMIT, Ok(())), vec![refused]);
+        // Without its version the body is too short; an empty one is refused, not read as zero.
+        bytes.truncate(HEADER_SIZE_BYTES);
+        set(&mut bytes, field_offset::PAYLOAD_SIZE, &0u32.to_le_bytes());
+        reseal(&mut bytes);
+        let expect = DecodeError::BodyTooShort {
+            request_id: 5,
+            opcode: Opcode::SecWrite,
+            kind: BodyKind::ErrorReply,
+            size_bytes: 0,
+            size_min_bytes: 8,
         };
         check(&bytes, LIMIT, Err(expect));
     }

@@ -236,7 +236,14 @@ pub enum Response {
         objects: u64,
         degraded_objects: u64,
     },
-    /// `status` is never `Status::Ok`. The body is empty; for `WrongEpoch` the frame's epoch is the responder's.
+    /// The `NewerVersion` reply: the responder holds or remembers version `current` of the
+    /// object, newer than the one sent.
+    NewerVersionHeld {
+        opcode: Opcode,
+        current: u64,
+    },
+    /// `status` is never `Status::Ok` nor `Status::NewerVersion`. The body is empty; for
+    /// `WrongEpoch` the frame's epoch is the responder's.
     Failed {
         opcode: Opcode,
         status: Status,
@@ -323,13 +330,14 @@ impl Response {
             Response::PgStates { .. } => Opcode::PgStates,
             Response::VolumeRedundancy { .. } => Opcode::VolumeRedundancy,
             Response::Stat { .. } => Opcode::Stat,
-            Response::Failed { opcode, .. } => *opcode,
+            Response::NewerVersionHeld { opcode, .. } | Response::Failed { opcode, .. } => *opcode,
         }
     }
 
     pub fn status(&self) -> Status {
         match self {
             Response::Failed { status, .. } => *status,
+            Response::NewerVersionHeld { .. } => Status::NewerVersion,
             _ => Status::Ok,
         }
     }
@@ -376,7 +384,7 @@ impl Frame {
     ///
     /// If the payload exceeds `limits::PAYLOAD_SIZE_MAX_BYTES` (callers split data to
     /// `limits::DATA_SIZE_MAX_BYTES` and cap SecList replies to `limits::LIST_ENTRIES_MAX_COUNT`),
-    /// or if a `Response::Failed` carries `Status::Ok`.
+    /// or if a `Response::Failed` carries `Status::Ok` or `Status::NewerVersion`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let payload_size_bytes = self.payload_size_bytes();
         assert!(payload_size_bytes <= PAYLOAD_SIZE_MAX_BYTES as usize);
@@ -436,6 +444,12 @@ impl Frame {
             let response = decode_reply(header.opcode, &mut reader)?;
             reader.finish()?;
             Body::Response(response)
+        } else if header.status == Status::NewerVersion {
+            let mut reader = Reader::new(header, BodyKind::ErrorReply, payload);
+            reader.require(8)?;
+            let current = reader.u64()?;
+            reader.finish()?;
+            Body::Response(Response::NewerVersionHeld { opcode: header.opcode, current })
         } else {
             let reader = Reader::new(header, BodyKind::ErrorReply, payload);
             reader.finish()?;
@@ -473,6 +487,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
         Response::SecList { .. } => 4,
         Response::PgStates { .. } => 8 + 8 + 4,
         Response::VolumeRedundancy { .. } => 16,
+        Response::NewerVersionHeld { .. } => 8,
         _ => 0,
     }
 }
@@ -596,7 +611,10 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
             put_u64(out, *objects);
             put_u64(out, *degraded_objects);
         }
-        Response::Failed { status, .. } => assert_ne!(*status, Status::Ok),
+        Response::NewerVersionHeld { current, .. } => put_u64(out, *current),
+        Response::Failed { status, .. } => {
+            assert!(!matches!(status, Status::Ok | Status::NewerVersion), "a Failed reply with {status}")
+        }
     }
 }
 

@@ -77,7 +77,9 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| responses.iter().any(|response| response.opcode() == *opcode)));
-    for (index, status) in Status::ALL.into_iter().filter(|status| !status.is_ok()).enumerate() {
+    responses.push(Response::NewerVersionHeld { opcode: Opcode::SecWrite, current: 0x0102_0304_0506_0708 });
+    let failing = Status::ALL.into_iter().filter(|status| !matches!(status, Status::Ok | Status::NewerVersion));
+    for (index, status) in failing.enumerate() {
         responses.push(Response::Failed { opcode: Opcode::ALL[index % Opcode::ALL.len()], status });
     }
     responses

@@ -75,7 +75,9 @@ fn opcode() -> impl Strategy<Value = Opcode> {
 }
 
 fn error_status() -> impl Strategy<Value = Status> {
-    proptest::sample::select(Status::ALL.into_iter().filter(|status| !status.is_ok()).collect::<Vec<_>>())
+    // `NewerVersion` has a reply of its own, with a body.
+    let failing = Status::ALL.into_iter().filter(|status| !matches!(status, Status::Ok | Status::NewerVersion));
+    proptest::sample::select(failing.collect::<Vec<_>>())
 }
 
 fn response() -> impl Strategy<Value = Response> {
@@ -115,6 +117,7 @@ fn response() -> impl Strategy<Value = Response> {
                     })
                     .collect(),
             }),
+        (opcode(), any::<u64>()).prop_map(|(opcode, current)| Response::NewerVersionHeld { opcode, current }),
         (opcode(), error_status()).prop_map(|(opcode, status)| Response::Failed { opcode, status }),
     ]
 }
@@ -322,4 +325,10 @@ fn encoding_over_the_payload_limit_is_a_bug() {
 #[should_panic]
 fn a_failed_reply_with_status_ok_is_a_bug() {
     encode(&Frame::response(1, 1, Response::Failed { opcode: Opcode::Read, status: Status::Ok }));
+}
+
+#[test]
+#[should_panic]
+fn a_failed_reply_with_status_newer_version_is_a_bug() {
+    encode(&Frame::response(1, 1, Response::Failed { opcode: Opcode::SecWrite, status: Status::NewerVersion }));
 }

@@ -69,6 +69,9 @@ pub(crate) enum OpError {
     SecondaryAtOtherEpoch { osd: u32, theirs: u64, ours: u64 },
     #[error("secondary osd.{osd} failed the op with {status}")]
     SecondaryFailed { osd: u32, status: Status },
+    /// A member holds or remembers a newer version of the object than the one sent.
+    #[error("secondary osd.{osd} holds or remembers version {current:#x} of the object, newer than the one sent")]
+    SecondaryHoldsNewer { osd: u32, current: u64 },
     #[error("secondary osd.{osd} answered with an unexpected {opcode}")]
     SecondaryAnsweredOther { osd: u32, opcode: Opcode },
     #[error("object {object} is at version {current:#x}, newer than {version:#x}")]
@@ -107,6 +110,7 @@ impl OpError {
             OpError::Engine(error) => engine_status(error),
             OpError::Full { .. } => Status::NoSpace,
             OpError::BaseNotHeld { .. } => Status::BaseNotHeld,
+            OpError::NewerVersionHeld { .. } => Status::NewerVersion,
             // A secondary's lack of space is the write's; anything else it answers is a state
             // the write outlives by retrying (a failed drive stops its OSD, which then leaves
             // the PG).
@@ -119,8 +123,8 @@ impl OpError {
             | OpError::SecondaryUnreachable { .. }
             | OpError::SecondaryAtOtherEpoch { .. }
             | OpError::SecondaryFailed { .. }
+            | OpError::SecondaryHoldsNewer { .. }
             | OpError::SecondaryAnsweredOther { .. }
-            | OpError::NewerVersionHeld { .. }
             | OpError::PgPeering { .. }
             | OpError::PgInactive { .. }
             | OpError::MemberNotListed { .. }
@@ -350,6 +354,11 @@ impl Osd {
         }
         match result {
             Ok(response) => Frame::response(request_id, epoch, response),
+            // Only a secondary's op can meet a newer version: a primary mints above what it holds.
+            Err(OpError::NewerVersionHeld { current, .. }) => {
+                assert!(opcode.is_secondary(), "{opcode} refused for a newer version held");
+                Frame::response(request_id, epoch, Response::NewerVersionHeld { opcode, current })
+            }
             Err(error) => {
                 let status = error.status();
                 match status {

@@ -55,6 +55,7 @@ impl Osd {
             // A copy that fails its checksums or cannot be read here is rewritten from a member's
             // good copy, and the client gets that: it never sees the error while one exists.
             Err(error) if scrub::unreadable(&error) => {
+                stdx::coverage::mark("read: an unreadable copy repaired from a member's");
                 tracing::warn!(osd = self.id, pg = %pg, %object, %error, "repairing a copy that cannot be read");
                 match self.repair(&state, object).await {
                     // Served from the good copy the repair wrote: the drive that failed the
@@ -260,10 +261,10 @@ impl Osd {
             if let Err(OpError::SecondaryFailed { status: Status::NoSpace, osd }) = &outcome {
                 self.member_full(*osd);
             }
-            if let Err(OpError::SecondaryFailed { status: Status::Busy, .. }) = &outcome {
-                // It may remember a newer version of the object than this one (a copy it
-                // deleted): the retry mints above.
-                state.with_active(|active| active.raise_floor(object, version));
+            if let Err(OpError::SecondaryHoldsNewer { current, .. }) = &outcome {
+                // It holds or remembers a newer version (a write no one acknowledged, a copy it
+                // deleted): the retry mints above it.
+                state.with_active(|active| active.raise_floor(object, *current));
             }
             outcome?;
         }
@@ -301,6 +302,7 @@ fn secondary_outcome(osd: u32, epoch: u64, result: Result<net::Reply, String>) -
     match reply.response {
         Response::SecWrite | Response::SecDelete => Ok(()),
         Response::Failed { status: Status::NoSuchObject, opcode: Opcode::SecDelete } => Ok(()),
+        Response::NewerVersionHeld { current, .. } => Err(OpError::SecondaryHoldsNewer { osd, current }),
         Response::Failed { status: Status::WrongEpoch, .. } => {
             Err(OpError::SecondaryAtOtherEpoch { osd, theirs: reply.epoch, ours: epoch })
         }

@@ -46,6 +46,7 @@ impl Osd {
         }
         let absent = base_version == wire::ABSENT_VERSION;
         if held != (!absent).then_some(base_version) {
+            stdx::coverage::mark("secondary: pages refused, the base version not held");
             let reason = held.map_or("it holds none".to_string(), |held| format!("it holds version {held:#x}"));
             return Err(OpError::BaseNotHeld { object, base_version, reason });
         }
@@ -72,6 +73,7 @@ impl Osd {
                 let reason = format!("it holds version {read_version:#x} now");
                 return Err(OpError::BaseNotHeld { object, base_version, reason });
             }
+            stdx::coverage::mark("secondary: scattered pages laid over the held copy");
             (0, scatter(AlignedBuffer::from_slice(&copy), page_mask, data))
         };
         let request = EngineRequest::WriteVersioned { object, offset_bytes, data, version };
@@ -121,6 +123,7 @@ impl Osd {
             Ok(_) => Ok(()),
             Err(EngineError::StaleVersion { current, .. }) if current == version => Ok(()),
             Err(EngineError::StaleVersion { current, .. }) => {
+                stdx::coverage::mark("secondary: an older version refused");
                 tracing::warn!(osd = self.id, %object, version, current, "refusing an older version from the primary");
                 Err(OpError::NewerVersionHeld { object, version, current })
             }

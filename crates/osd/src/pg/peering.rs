@@ -92,6 +92,7 @@ impl Osd {
             active.recovery_left() == (0, 0)
         });
         if idle == Some(true) {
+            stdx::coverage::mark("peering: a target change leaves an active pg clean");
             tokio::task::spawn_local(self.clone().recover(state.clone()));
         }
     }
@@ -100,6 +101,7 @@ impl Osd {
     /// lost what it had not made durable).
     pub(crate) fn peer_again(self: &Rc<Self>, state: &Rc<Pg>) {
         if self.pgs.is_current(state) {
+            stdx::coverage::mark("peering: again at the same epoch");
             tracing::info!(osd = self.id, pg = %state.id, epoch = state.epoch, "peering again");
             self.peer(self.pgs.begin(state.id, state.epoch, Instant::now()));
         }
@@ -142,6 +144,7 @@ impl Osd {
                 }
                 Err(reason) => {
                     if osd.pgs.is_current(&state) {
+                        stdx::coverage::mark("peering: the pg inactive");
                         tracing::warn!(osd = osd.id, pg = %state.id, epoch = state.epoch, %reason, "pg inactive");
                         osd.pgs.set_phase(&state, Phase::Inactive { reason });
                     }
@@ -182,7 +185,10 @@ impl Osd {
                 Ok(listing) => {
                     listings.insert(osd, listing);
                 }
-                Err(reason) => tracing::info!(osd = self.id, pg = %pg, peer = osd, %reason, "no list"),
+                Err(reason) => {
+                    stdx::coverage::mark("peering: a member did not list");
+                    tracing::info!(osd = self.id, pg = %pg, peer = osd, %reason, "no list")
+                }
             }
         }
         listings.insert(self.id, self.list_local(pg.pg, view.pg_count));
@@ -196,6 +202,7 @@ impl Osd {
         };
         let mut plan = match peering::plan(&inputs) {
             Decision::Incomplete { unreachable, .. } => {
+                stdx::coverage::mark("peering: incomplete, no member of a required set answered");
                 let sets: Vec<String> = unreachable
                     .iter()
                     .map(|interval| format!("{:?} at epoch {}", interval.members, interval.epoch))
@@ -203,6 +210,7 @@ impl Osd {
                 return Err(format!("incomplete: no member of {} answered", sets.join(", ")));
             }
             Decision::TooFewMembers { reached, min_size, .. } => {
+                stdx::coverage::mark("peering: fewer members than min_size answered");
                 return Err(format!("{reached} acting members answered, fewer than min_size {min_size}"));
             }
             Decision::Plan(plan) => plan,
@@ -220,6 +228,7 @@ impl Osd {
 
         // Copies that count for nothing go first, so no copy lands on top of one.
         for (&member, stale) in &plan.discard {
+            stdx::coverage::mark("peering: copies outside every required set discarded");
             tracing::info!(osd = self.id, pg = %pg, member, objects = stale.len(), "discarding copies outside every required set");
             for &(object, held) in stale {
                 self.still_current(state)?;
@@ -238,6 +247,7 @@ impl Osd {
         }
         for &member in &plan.before_active[1..] {
             for need in &plan.needs[&member] {
+                stdx::coverage::mark("peering: a member brought up to date before the pg serves");
                 self.still_current(state)?;
                 let address = map.address(member).ok_or_else(|| format!("osd.{member} went down"))?;
                 let others = holders(&listings, need, &skip, member);
@@ -257,6 +267,7 @@ impl Osd {
                     missing.insert(member, needs.iter().map(|need| (need.object, held(need.object))).collect());
                 }
                 None => {
+                    stdx::coverage::mark("peering: a member left to list in recovery");
                     unlisted.insert(member);
                 }
             }

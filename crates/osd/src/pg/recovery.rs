@@ -26,8 +26,8 @@ pub(crate) enum CopyError {
     /// The member holds, or remembers, a newer version than the one sent (a copy it deleted
     /// at one above the version it held, `stray.rs`, or discarded in peering): the object must
     /// be written again above it.
-    #[error("osd.{member} refused {object} at version {version:#x}: it holds or remembers a newer one")]
-    Refused { member: u32, object: ObjectId, version: u64 },
+    #[error("osd.{member} refused {object} at version {version:#x}: it holds or remembers version {current:#x}")]
+    Refused { member: u32, object: ObjectId, version: u64, current: u64 },
     /// Anything else (the member is down or unreachable, a drive failed, no copy could be
     /// read): the copy is tried again later.
     #[error("{0}")]
@@ -94,6 +94,7 @@ impl Osd {
             // copy replaces it at a version above (minted at this epoch, as a write would be);
             // keeping the newer one, or nothing, would lose the acknowledged write.
             Err(EngineError::StaleVersion { current, .. }) => {
+                stdx::coverage::mark("recovery: a pulled copy replaces a newer unacknowledged version");
                 let above = cluster::mint_version(epoch, Some(current));
                 tracing::info!(osd = self.id, pg = %pg, %object, pulled = held, current, above, "a pulled copy replaces a newer version no one acknowledged");
                 self.engine.submit(write(above)).await.map(|_| ())
@@ -136,6 +137,7 @@ impl Osd {
         holders: &[u32],
     ) -> Result<u64, CopyError> {
         if let Some(sent) = self.push_pages(pg, epoch, member, address, object, held).await? {
+            stdx::coverage::mark("recovery: only the changed pages sent");
             self.pgs.count_copied(sent);
             return Ok(sent);
         }
@@ -189,7 +191,10 @@ impl Osd {
         let request = Request::SecWritePages { pg, object, base_version, version, page_mask, data: data.into() };
         let reply = self.peers.call(member, address, epoch, request).await?;
         match reply.response {
-            Response::Failed { status: Status::BaseNotHeld, opcode: Opcode::SecWritePages } => Ok(None),
+            Response::Failed { status: Status::BaseNotHeld, opcode: Opcode::SecWritePages } => {
+                stdx::coverage::mark("recovery: a member lacks the base version, the object goes whole");
+                Ok(None)
+            }
             response => copy_outcome(member, object, version, Opcode::SecWritePages, response).map(|()| Some(sent)),
         }
     }
@@ -215,6 +220,7 @@ impl Osd {
         let mut reasons = vec![format!("reading {object}: {error}")];
         match self.first_member_copy(pg, epoch, object, holders, |held| Some(held) == ours, &mut reasons).await {
             Some((holder, version, data)) => {
+                stdx::coverage::mark("recovery: a member's copy sent for an unreadable one here");
                 tracing::warn!(osd = self.id, pg = %pg, %object, %error, holder, "sending a member's copy of an object this osd cannot read");
                 Ok((version, data))
             }
@@ -248,15 +254,21 @@ impl Osd {
         None
     }
 
-    /// Rewrites `object`, whole, on every member at a new version above everything a member
-    /// may remember of it: for a copy a member refused because it remembers a newer version
-    /// (a copy it deleted at one version above the one it held, `stray.rs`, or discarded in
-    /// peering). `holders` are as for [`Osd::push`]. The caller holds the object's write queue.
-    async fn rewrite_held(self: &Rc<Self>, state: &Rc<Pg>, object: ObjectId, holders: &[u32]) -> Result<(), String> {
-        let known = self.engine.with(|engine| engine.object_version(object)).unwrap_or(0);
-        // A member deleted a copy it held at most at the PG's newest version, one above it.
-        state.with_active(|active| active.raise_floor(object, known + 1));
+    /// Rewrites `object`, whole, on every member at a new version above `current`, the version
+    /// a member refused a copy for because it holds or remembers it (a write no one
+    /// acknowledged, a copy it deleted one version above the one it held, `stray.rs`, or
+    /// discarded in peering). `holders` are as for [`Osd::push`]. The caller holds the object's
+    /// write queue.
+    async fn rewrite_held(
+        self: &Rc<Self>,
+        state: &Rc<Pg>,
+        object: ObjectId,
+        current: u64,
+        holders: &[u32],
+    ) -> Result<(), String> {
+        state.with_active(|active| active.raise_floor(object, current));
         let data = self.copy_to_send(state.id, state.epoch, object, holders).await?.1;
+        stdx::coverage::mark("recovery: an object a member refused rewritten above");
         tracing::info!(osd = self.id, pg = %state.id, %object, "rewriting an object a member refused at its version");
         let mutation = crate::ops::Mutation::Write { offset_bytes: 0, data };
         Box::pin(self.replicate_held(state, object, mutation)).await.map_err(|error| error.to_string())
@@ -334,7 +346,10 @@ impl Osd {
                     active.history_revision = revision;
                 });
             }
-            Written::Changed => self.peer_again(state),
+            Written::Changed => {
+                stdx::coverage::mark("recovery: the history changed under this primary");
+                self.peer_again(state)
+            }
         }
         Ok(written)
     }
@@ -357,6 +372,7 @@ impl Osd {
             // Nothing can be copied to a member before it is listed.
             if let Some(member) = state.with_active(|active| active.unlisted.first().copied()).flatten() {
                 if let Err(reason) = self.list_missing(&state, member).await {
+                    stdx::coverage::mark("recovery: a listing retried");
                     tracing::debug!(osd = self.id, pg = %state.id, %reason, "recovery retrying a listing");
                     tokio::time::sleep(RECOVERY_RETRY).await;
                 }
@@ -371,6 +387,7 @@ impl Osd {
                     let result = this.copy_missing(state, member, object).await;
                     copying.borrow_mut().remove(&(member, object));
                     if let Err(reason) = &result {
+                        stdx::coverage::mark("recovery: a copy retried");
                         tracing::debug!(osd = this.id, pg = %state.id, %reason, "recovery retrying a copy");
                         tokio::time::sleep(RECOVERY_RETRY).await;
                     }
@@ -395,6 +412,7 @@ impl Osd {
         // only with it.
         let mut pause = RECOVERY_RETRY;
         while !self.record_clean(&state).await && self.pgs.is_current(&state) {
+            stdx::coverage::mark("recovery: the clean record retried");
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(CLEAN_RECORD_RETRY_MAX);
         }
@@ -445,8 +463,8 @@ impl Osd {
             .unwrap_or_default();
         let sent = match self.push_held(pg, state.epoch, member, &address, object, held, &holders).await {
             Ok(sent) => sent,
-            Err(CopyError::Refused { .. }) => {
-                self.rewrite_held(state, object, &holders).await?;
+            Err(CopyError::Refused { current, .. }) => {
+                self.rewrite_held(state, object, current, &holders).await?;
                 u64::from(self.object_size_bytes)
             }
             Err(CopyError::Failed(reason)) => return Err(reason),
@@ -510,8 +528,8 @@ fn copy_outcome(
 ) -> Result<(), CopyError> {
     match response {
         Response::SecWrite | Response::SecWritePages if response.opcode() == opcode => Ok(()),
-        Response::Failed { status: Status::Busy, opcode: answered } if answered == opcode => {
-            Err(CopyError::Refused { member, object, version })
+        Response::NewerVersionHeld { current, opcode: answered } if answered == opcode => {
+            Err(CopyError::Refused { member, object, version, current })
         }
         Response::Failed { status, opcode: answered } if answered == opcode => {
             Err(format!("osd.{member} failed the copy of {object} ({opcode}): {status}").into())

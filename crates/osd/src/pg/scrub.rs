@@ -199,8 +199,12 @@ impl Osd {
                     tally.repaired += 1;
                 }
                 // Stopped here; the request stays due and the PG is scrubbed again.
-                Err(RepairError::Unfinished(reason)) => return Err(format!("repairing {object}: {reason}")),
+                Err(RepairError::Unfinished(reason)) => {
+                    stdx::coverage::mark("scrub: a repair unfinished, the pg scrubbed again");
+                    return Err(format!("repairing {object}: {reason}"));
+                }
                 Err(reason @ RepairError::Unrepairable(_)) => {
+                    stdx::coverage::mark("scrub: an object no member holds readable");
                     tally.found += 1;
                     tally.unrepairable += 1;
                     tracing::error!(osd = self.id, pg = %pg, %object, %reason, "cannot repair an object");
@@ -275,14 +279,16 @@ impl Osd {
             // A member of the target set that is not acting (down, or not back yet) may hold a
             // good copy: the repair waits for it rather than call the object lost.
             Verdict::Unrepairable if !away.is_empty() => {
+                stdx::coverage::mark("scrub: a repair waits for a target member away");
                 return Err(RepairError::Unfinished(format!(
                     "no member up holds a readable copy of the newest version ({copies:?}); osd {away:?} may"
-                )))
+                )));
             }
             Verdict::Unrepairable => {
                 return Err(RepairError::Unrepairable(format!("no member holds a readable copy: {copies:?}")))
             }
             Verdict::Repair { source, bad } => {
+                stdx::coverage::mark("scrub: an object rewritten from a good copy");
                 tracing::warn!(osd = self.id, pg = %state.id, %object, source, ?bad, "rewriting an object from a good copy");
                 source
             }

@@ -63,6 +63,7 @@ impl Osd {
         if self.is_member(&self.map.borrow().clone(), pg) {
             return Ok(());
         }
+        stdx::coverage::mark("stray: copies of a pg left behind removed");
         tracing::info!(osd = self.id, pg = %pg, objects = objects.len(), "removing stray copies");
         for (object, held) in objects {
             if self.is_member(&self.map.borrow().clone(), pg) {
