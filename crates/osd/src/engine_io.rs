@@ -20,7 +20,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use engine::{Completion, Engine, EngineError, Reply, Request};
+use engine::{Completion, Engine, EngineError, ObjectId, Reply, Request};
 use futures_util::future::poll_fn;
 use platform::{Disk, DiskReady};
 use stdx::SlotTable;
@@ -28,6 +28,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::limits::ENGINE_OPS_IN_FLIGHT_MAX;
+use crate::objects_by_pg::ObjectsByPg;
 
 /// The engine the OSD runs, on whichever disk it was opened.
 pub type OsdEngine = Engine<Box<dyn Disk>>;
@@ -35,6 +36,8 @@ pub type OsdEngine = Engine<Box<dyn Disk>>;
 /// The engine and the table of requests in flight in it.
 pub(crate) struct EngineIo {
     engine: RefCell<OsdEngine>,
+    /// The engine's objects by PG, for listings that cost one PG's objects.
+    objects: RefCell<ObjectsByPg>,
     slots: RefCell<SlotTable<SlotState>>,
     ready: Box<dyn DiskReady>,
     /// Set by `submit`: the driver polls the engine so the request reaches the kernel.
@@ -61,6 +64,7 @@ impl EngineIo {
     /// Takes over an open engine and its disk's readiness.
     pub(crate) fn new(engine: OsdEngine, ready: Box<dyn DiskReady>, spin: Duration) -> EngineIo {
         EngineIo {
+            objects: RefCell::new(ObjectsByPg::of(&engine)),
             engine: RefCell::new(engine),
             slots: RefCell::new(SlotTable::new(ENGINE_OPS_IN_FLIGHT_MAX)),
             ready,
@@ -79,6 +83,29 @@ impl EngineIo {
         f(&self.engine.borrow())
     }
 
+    /// The objects of PG `pg` (its pool of `pg_count` PGs) from `start` on, in order, with their
+    /// versions, at most `count_max`: what a walk of every object would find, at the cost of
+    /// that PG's objects (`objects_by_pg.rs`).
+    pub(crate) fn list_pg(
+        &self,
+        pg: wire::PgId,
+        pg_count: u32,
+        start: ObjectId,
+        count_max: usize,
+    ) -> Vec<(ObjectId, u64)> {
+        let engine = self.engine.borrow();
+        self.objects.borrow_mut().list(&engine, pg.pool, pg.pg, pg_count, start, count_max)
+    }
+
+    /// The pools with objects here, and for one of `pg_count` PGs, its PGs with objects.
+    pub(crate) fn pools_with_objects(&self) -> Vec<u32> {
+        self.objects.borrow().pools()
+    }
+
+    pub(crate) fn pgs_with_objects(&self, pool: u32, pg_count: u32) -> Vec<u32> {
+        self.objects.borrow_mut().pgs_with_objects(pool, pg_count)
+    }
+
     /// Queues `request` in the engine; the returned future resolves with its reply.
     ///
     /// The request reaches the kernel at the driver's next poll, after the current task yields,
@@ -89,6 +116,9 @@ impl EngineIo {
             .borrow_mut()
             .insert(SlotState::Waiting(None))
             .unwrap_or_else(|_| panic!("more than {ENGINE_OPS_IN_FLIGHT_MAX} engine requests in flight"));
+        if let Request::Write { object, .. } | Request::WriteVersioned { object, .. } = &request {
+            self.objects.borrow_mut().enter(*object);
+        }
         self.engine.borrow_mut().submit(user_data, request);
         self.kick.notify_one();
         EngineOp { io: self.clone(), user_data, finished: false }

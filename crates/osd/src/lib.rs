@@ -13,6 +13,7 @@
 //! - `liveness.rs`: the leased liveness key, renewal, and fencing.
 //! - `ops/`: the requests, by role: `admission.rs` (may this OSD serve it: pure), `primary.rs`, `secondary.rs`, `connection.rs` (Flush order); `locks.rs`: per-object queues.
 //! - `pg/`: the PGs' life apart from requests: `state.rs` (the PGs this OSD leads: peering, inactive, active and who is catching up), `history.rs` (their records in the store), `peering.rs`, `recovery.rs`, `scrub.rs`, `stray.rs`.
+//! - `objects_by_pg.rs`: the engine's objects by PG, so a PG's listing walks only its objects.
 //! - `peers.rs`: connections to the other members of a PG; `server.rs`: the listener.
 //!
 //! `docs/design/osd.md` describes the behaviour: ops, epochs, versions, fencing, threading.
@@ -23,6 +24,7 @@ mod error;
 pub mod limits;
 mod liveness;
 mod locks;
+mod objects_by_pg;
 mod ops;
 mod pacer;
 mod peer_watch;

@@ -252,8 +252,12 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         history_writes: Cell::new(0),
     });
     crate::log::attach(Some(run.clone()));
+    let pools = match options.pools {
+        1 => "a pool".to_string(),
+        count => format!("{count} pools"),
+    };
     run.record(format_args!(
-        "{} osds, a pool of {} copies with min_size {}, down-out interval {:?}",
+        "{} osds, {pools} of {} copies with min_size {}, down-out interval {:?}",
         options.osds, options.replicas, options.min_size, options.down_out_interval
     ));
     let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory(EmbeddedOptions::default()));
@@ -439,26 +443,37 @@ fn spawn_osd(
     (process, stop)
 }
 
-/// Creates the pool and the volumes, and waits until every PG serves.
+/// The name of pool `index`: volume `v` is in pool `v % pools`.
+fn pool_name(index: usize) -> String {
+    match index {
+        0 => "sim".into(),
+        _ => format!("sim{}", index + 1),
+    }
+}
+
+/// Creates the pools and the volumes, and waits until every PG serves.
 async fn prepare(store: &Arc<dyn MetaStore>, options: &SimOptions) -> Result<(), String> {
     let deadline = Instant::now() + STARTUP_DEADLINE;
-    // The pool needs its OSDs registered and up: retry until placement finds them.
-    loop {
-        let request = mon::admin::CreatePool {
-            name: "sim".into(),
-            replicas: u64::from(options.replicas),
-            min_size: Some(u64::from(options.min_size)),
-            pg_count: Some(PG_COUNT),
-            failure_domain: "host".into(),
-            tags: Vec::new(),
-        };
-        match mon::admin::create_pool(store.as_ref(), &request).await {
-            Ok(_) => break,
-            Err(error) if Instant::now() < deadline => {
-                tracing::debug!(%error, "the pool cannot be created yet");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+    // A pool needs its OSDs registered and up: retry until placement finds them.
+    for pool in 0..options.pools {
+        loop {
+            let request = mon::admin::CreatePool {
+                name: pool_name(pool),
+                replicas: u64::from(options.replicas),
+                min_size: Some(u64::from(options.min_size)),
+                // Pools of other PG counts: the same PG numbers, other objects.
+                pg_count: Some(PG_COUNT >> pool),
+                failure_domain: "host".into(),
+                tags: Vec::new(),
+            };
+            match mon::admin::create_pool(store.as_ref(), &request).await {
+                Ok(_) => break,
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!(%error, "the pool cannot be created yet");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => return Err(format!("the pool could not be created: {error}")),
             }
-            Err(error) => return Err(format!("the pool could not be created: {error}")),
         }
     }
     if let Some(interval) = options.down_out_interval {
@@ -471,7 +486,7 @@ async fn prepare(store: &Arc<dyn MetaStore>, options: &SimOptions) -> Result<(),
         let request = mon::admin::CreateVolume {
             name: workload::volume_name(volume),
             size_bytes: options.blocks_per_volume * crate::history::BLOCK_BYTES as u64,
-            pool: Some("sim".into()),
+            pool: Some(pool_name(volume % options.pools)),
         };
         mon::admin::create_volume(store.as_ref(), &request)
             .await

@@ -69,6 +69,9 @@ pub struct SimOptions {
     pub ops_per_client: usize,
     /// Blocks of each volume the clients touch (few, so that writes meet).
     pub blocks_per_volume: u64,
+    /// Pools, of the same copies and `min_size`, 8 PGs in the first, 4 in the second; volume
+    /// `v` is in pool `v % pools`.
+    pub pools: usize,
     /// The pool's copies and how many must hold a write before it is acknowledged.
     pub replicas: u8,
     pub min_size: u8,
@@ -100,19 +103,23 @@ impl SimOptions {
     /// These options with the geometry `seed` draws when `drawn_geometry` is set: 3 to 6
     /// OSDs (each on a host of its own), 2 or 3 copies, and a `min_size` below the copies, so
     /// that the pool keeps serving through any one fault. With more OSDs than copies, PGs have
-    /// different members and OSDs outside each PG, and a down-out interval of 2 to 10 s.
+    /// different members and OSDs outside each PG, and a down-out interval of 2 to 10 s. One
+    /// pool or two (the same PG numbers in each, other objects).
     pub fn for_seed(&self, seed: u64) -> SimOptions {
         if !self.drawn_geometry {
             return self.clone();
         }
+        use rand::rngs::SmallRng;
         use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(cluster::derive(seed, 3));
+        let mut rng = SmallRng::seed_from_u64(cluster::derive(seed, 3));
         let osds = rng.gen_range(3..=6);
         let replicas = rng.gen_range(2..=3u8);
         let min_size = rng.gen_range(1..replicas);
         // With OSDs to spare, an OSD down a few seconds is often marked out.
         let down_out_interval = (osds > usize::from(replicas)).then(|| Duration::from_secs(rng.gen_range(2..=10)));
-        SimOptions { osds, replicas, min_size, down_out_interval, membership_changes: true, ..self.clone() }
+        // Drawn apart, so the draws above stay what they were.
+        let pools = SmallRng::seed_from_u64(cluster::derive(seed, 6)).gen_range(1..=2);
+        SimOptions { osds, replicas, min_size, pools, down_out_interval, membership_changes: true, ..self.clone() }
     }
 }
 
@@ -122,6 +129,7 @@ impl Default for SimOptions {
             osds: 3,
             clients: 3,
             volumes: 2,
+            pools: 1,
             ops_per_client: 200,
             blocks_per_volume: 48,
             replicas: 3,

@@ -71,5 +71,8 @@ fn every_coverage_mark_is_hit() {
     report.sort();
     eprintln!("coverage marks hit:\n{}", report.join("\n"));
     let missed: Vec<&String> = marks.iter().filter(|mark| !hits.contains_key(mark.as_str())).collect();
-    assert!(missed.is_empty(), "marks never hit in {seeds} drawn seeds, {FIXED_SEEDS} fixed ones and the scenarios: {missed:#?}");
+    assert!(
+        missed.is_empty(),
+        "marks never hit in {seeds} drawn seeds, {FIXED_SEEDS} fixed ones and the scenarios: {missed:#?}"
+    );
 }

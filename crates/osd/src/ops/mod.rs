@@ -418,7 +418,7 @@ impl Osd {
                 let (object, offset) = object();
                 self.sec_read(object, offset, length_bytes).await
             }
-            Request::SecList { pg, start, count_max } => Ok(self.sec_list(pg.pg, pg_count, start, count_max)),
+            Request::SecList { pg, start, count_max } => Ok(self.sec_list(pg, pg_count, start, count_max)),
             Request::ObjectInfo { .. } => self.object_info(object().0).await,
             Request::Flush => {
                 if let Ticket::Flush { mark } = ticket {

@@ -3,10 +3,9 @@
 //! the arguments and the lease.
 
 use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest, PAGE_SIZE_BYTES};
-use wire::{ListEntry, Response};
+use wire::{ListEntry, PgId, Response};
 
 use super::{OpError, Osd};
-use cluster::object_pg;
 
 impl Osd {
     pub(crate) async fn sec_write(
@@ -100,18 +99,12 @@ impl Osd {
     }
 
     /// The PG's objects at or after `start`, in order, at most `count_max`.
-    pub(crate) fn sec_list(&self, pg: u32, pg_count: u32, start: ObjectId, count_max: u32) -> Response {
+    pub(crate) fn sec_list(&self, pg: PgId, pg_count: u32, start: ObjectId, count_max: u32) -> Response {
         let count_max = count_max.min(wire::limits::LIST_ENTRIES_MAX_COUNT) as usize;
-        let entries = self.engine.with(|engine| {
-            engine
-                .list_objects()
-                .into_iter()
-                .filter(|(object, _)| *object >= start && object_pg(object.inode, object.stripe, pg_count) == pg)
-                .take(count_max)
-                .map(|(object, version)| ListEntry { object, version })
-                .collect()
-        });
-        Response::SecList { entries }
+        let entries = self.engine.list_pg(pg, pg_count, start, count_max);
+        Response::SecList {
+            entries: entries.into_iter().map(|(object, version)| ListEntry { object, version }).collect(),
+        }
     }
 
     /// Applies the primary's version. Already holding exactly that version means a retried

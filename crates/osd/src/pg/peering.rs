@@ -191,7 +191,7 @@ impl Osd {
                 }
             }
         }
-        listings.insert(self.id, self.list_local(pg.pg, view.pg_count));
+        listings.insert(self.id, self.list_local(pg, view.pg_count));
 
         let inputs = peering::Inputs {
             epoch: state.epoch,
@@ -301,10 +301,14 @@ impl Osd {
         let Some(pg_count) = map.pools.get(&pool).map(|pool| pool.pg_count) else {
             return Response::VolumeRedundancy { objects: 0, degraded_objects: 0 };
         };
+        // The PGs of the pool this OSD leads: only their objects are walked.
         let mut by_pg: BTreeMap<u32, Vec<ObjectId>> = BTreeMap::new();
-        for (object, _) in self.engine.with(|engine| engine.list_objects()) {
-            if object.inode == inode {
-                by_pg.entry(object_pg(object.inode, object.stripe, pg_count)).or_default().push(object);
+        for state in self.pgs.all().into_iter().filter(|state| state.id.pool == pool) {
+            let listed = self.list_local(state.id, pg_count);
+            let held: Vec<ObjectId> =
+                listed.into_iter().map(|(object, _)| object).filter(|object| object.inode == inode).collect();
+            if !held.is_empty() {
+                by_pg.insert(state.id.pg, held);
             }
         }
         let (mut objects, mut degraded_objects) = (0, 0);
@@ -333,14 +337,8 @@ impl Osd {
     }
 
     /// This OSD's objects of PG `pg` and their versions, in order.
-    pub(crate) fn list_local(&self, pg: u32, pg_count: u32) -> Listing {
-        self.engine.with(|engine| {
-            engine
-                .list_objects()
-                .into_iter()
-                .filter(|(object, _)| object_pg(object.inode, object.stripe, pg_count) == pg)
-                .collect()
-        })
+    pub(crate) fn list_local(&self, pg: PgId, pg_count: u32) -> Listing {
+        self.engine.list_pg(pg, pg_count, ObjectId { inode: 0, stripe: 0 }, usize::MAX)
     }
 
     /// A member's objects of the PG, page by page. A page that is out of order or starts before
@@ -367,7 +365,8 @@ impl Osd {
                 if entry.object < start || listing.last().is_some_and(|&(last, _)| last >= entry.object) {
                     return Err(format!("osd.{osd} listed {} out of order", entry.object));
                 }
-                if object_pg(entry.object.inode, entry.object.stripe, pg_count) != pg.pg {
+                let pool = cluster::VolumeRecord::pool_of(entry.object.inode);
+                if pool != pg.pool || object_pg(entry.object.inode, entry.object.stripe, pg_count) != pg.pg {
                     return Err(format!("osd.{osd} listed {}, which is not in the pg", entry.object));
                 }
                 listing.push((entry.object, entry.version));

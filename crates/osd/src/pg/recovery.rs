@@ -427,7 +427,7 @@ impl Osd {
         let theirs = self.list_member(member, &address, pg, pg_count, state.epoch).await?;
         // Writes go to no unlisted member, so what it lacks now it lacks from here on;
         // what it holds older than this OSD holds it must receive.
-        let ours = self.list_local(pg.pg, pg_count);
+        let ours = self.list_local(pg, pg_count);
         let theirs: BTreeMap<ObjectId, u64> = theirs.into_iter().collect();
         let stale_too = !crate::planted::is_planted(crate::planted::PlantedBug::CatchUpSkipsStaleCopies);
         let needs: BTreeMap<ObjectId, Option<u64>> = ours

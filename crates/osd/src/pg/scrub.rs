@@ -173,7 +173,7 @@ impl Osd {
         let map = self.map.borrow().clone();
         let acting = state.with_active(|active| active.acting.clone()).ok_or("the pg is not active")?;
         let pg_count = map.pools.get(&pg.pool).ok_or("the pool is gone")?.pg_count;
-        let mut objects: BTreeSet<ObjectId> = self.list_local(pg.pg, pg_count).into_iter().map(|(o, _)| o).collect();
+        let mut objects: BTreeSet<ObjectId> = self.list_local(pg, pg_count).into_iter().map(|(o, _)| o).collect();
         for &member in &acting[1..] {
             let address = map.address(member).ok_or_else(|| format!("osd.{member} is down"))?;
             let listing = self.list_member(member, address, pg, pg_count, state.epoch).await?;

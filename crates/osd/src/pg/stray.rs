@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use cluster::{object_pg, ClusterMap, VolumeRecord};
+use cluster::ClusterMap;
 use engine::{EngineError, ObjectId, Request as EngineRequest};
 use wire::PgId;
 
@@ -30,18 +30,26 @@ impl Osd {
         }
     }
 
-    /// This OSD's objects of the PGs whose acting and target sets do not name it, by PG.
+    /// This OSD's objects of the PGs whose acting and target sets do not name it, by PG:
+    /// only the PGs it holds objects of and is no member of are listed.
     fn strays(&self, map: &ClusterMap) -> BTreeMap<PgId, Vec<(ObjectId, u64)>> {
-        let mut strays: BTreeMap<PgId, Vec<(ObjectId, u64)>> = BTreeMap::new();
-        for (object, version) in self.engine.with(|engine| engine.list_objects()) {
-            let pool = VolumeRecord::pool_of(object.inode);
+        let mut strays = BTreeMap::new();
+        for pool in self.engine.pools_with_objects() {
             // Objects of a pool that is gone are the volume reaper's.
             let (Some(record), Some(table)) = (map.pools.get(&pool), map.pg_tables.get(&pool)) else { continue };
-            let pg = object_pg(object.inode, object.stripe, record.pg_count);
-            if self.is_member(map, PgId { pool, pg }) || table.pgs.len() != record.pg_count as usize {
+            if table.pgs.len() != record.pg_count as usize {
                 continue;
             }
-            strays.entry(PgId { pool, pg }).or_default().push((object, version));
+            for pg in self.engine.pgs_with_objects(pool, record.pg_count) {
+                let pg = PgId { pool, pg };
+                if self.is_member(map, pg) {
+                    continue;
+                }
+                let objects = self.list_local(pg, record.pg_count);
+                if !objects.is_empty() {
+                    strays.insert(pg, objects);
+                }
+            }
         }
         strays
     }
