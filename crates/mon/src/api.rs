@@ -217,8 +217,8 @@ async fn list_pgs(
 }
 
 /// The states `GET /pgs?state=` filters by: `active` and `degraded` as the summary counts them.
-const PG_STATES: [&str; 9] =
-    ["active", "clean", "degraded", "recovering", "peering", "inactive", "unknown", "undersized", "misplaced"];
+const PG_STATES: [&str; 10] =
+    ["active", "clean", "degraded", "recovering", "peering", "inactive", "unknown", "undersized", "misplaced", "stuck"];
 
 fn matches_state(pg: &views::PgView, state: &str) -> bool {
     match state {
@@ -226,6 +226,7 @@ fn matches_state(pg: &views::PgView, state: &str) -> bool {
         "degraded" => pg.is_active() && pg.is_undersized(),
         "undersized" => pg.is_undersized(),
         "misplaced" => pg.is_misplaced(),
+        "stuck" => pg.stuck,
         other => pg.state == other,
     }
 }

@@ -54,6 +54,11 @@ pub struct PgSummary {
     pub unknown: u64,
     #[serde(default)]
     pub misplaced: u64,
+    /// PGs whose primary failed at what it is doing (peering, a listing, a copy, the clean
+    /// record) `wire::PgReport::STUCK_AFTER_FAILURES` times in a row or more, whatever their
+    /// state.
+    #[serde(default)]
+    pub stuck: u64,
 }
 
 impl PgSummary {
@@ -67,6 +72,9 @@ impl PgSummary {
         }
         if pg.is_misplaced() {
             self.misplaced += 1;
+        }
+        if pg.stuck {
+            self.stuck += 1;
         }
         match pg.state.as_str() {
             "clean" => self.clean += 1,
@@ -94,9 +102,16 @@ pub struct PgView {
     pub state: String,
     /// Objects its primary still has to copy to members that lack them.
     pub objects_left: u64,
-    /// Why an `inactive` PG does not serve.
+    /// Why an `inactive` PG does not serve, or why a stuck one's work keeps failing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Attempts in a row its primary's peering or recovery failed at.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+    /// `failures` reached `wire::PgReport::STUCK_AFTER_FAILURES`: its primary keeps trying,
+    /// with pauses up to 10 s.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stuck: bool,
     /// Its last scrub, if it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub: Option<PgScrubView>,
@@ -221,6 +236,8 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
                 state: "inactive".into(),
                 objects_left: 0,
                 reason: Some("the pool has no PG table yet".into()),
+                failures: 0,
+                stuck: false,
                 scrub: None,
             })
             .collect();
@@ -242,6 +259,10 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
                 _ if primary.is_some_and(|osd| answers.history_writes.contains_key(&osd)) => "peering".to_string(),
                 _ => "unknown".to_string(),
             };
+            let current = report.filter(|report| report.epoch == epoch);
+            let failures = current.map_or(0, |report| report.failures);
+            let trouble = current.and_then(|report| wire::PgTrouble::from_u32(report.trouble));
+            let stuck = current.is_some_and(wire::PgReport::is_stuck);
             let reason = match (state.as_str(), primary) {
                 ("inactive", _) if acting.len() < min_size => Some(format!(
                     "{} of its {} OSDs up, fewer than min_size {}",
@@ -249,6 +270,14 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
                     target.len(),
                     pool.min_size
                 )),
+                ("inactive", Some(osd)) if trouble.is_some_and(|trouble| trouble != wire::PgTrouble::None) => {
+                    let trouble = trouble.map_or("", wire::PgTrouble::describe);
+                    Some(format!("{trouble}, {failures} times in a row (osd.{osd}'s log has the details)"))
+                }
+                (_, Some(osd)) if stuck => {
+                    let trouble = trouble.map_or("its work fails", wire::PgTrouble::describe);
+                    Some(format!("stuck: {trouble}, {failures} times in a row (osd.{osd}'s log has the details)"))
+                }
                 ("inactive", Some(osd)) => Some(format!(
                     "its primary osd.{osd} cannot activate it: no member of a set that may hold acknowledged writes \
                      answered, or too few members did (osd.{osd}'s log names them)"
@@ -263,8 +292,10 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
                 target: target.to_vec(),
                 acting,
                 state,
-                objects_left: report.filter(|report| report.epoch == epoch).map_or(0, |report| report.objects_left),
+                objects_left: current.map_or(0, |report| report.objects_left),
                 reason,
+                failures,
+                stuck,
                 scrub: None,
             }
         })
@@ -678,13 +709,17 @@ pub fn status_view(
     }
 }
 
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use cluster::ClusterMap;
 
-    use super::{status_view, OsdAnswers, RecoveryView};
+    use super::{pg_views, status_view, OsdAnswers, PgSummary, RecoveryView};
 
     fn map(osds: &[u32], live: &[u32]) -> ClusterMap {
         let mut map = ClusterMap::default();
@@ -713,5 +748,51 @@ mod tests {
         let stats = BTreeMap::from([(1, 10 << 20), (2, 20 << 20), (3, 500 << 20)]);
         let all = view(stats);
         assert_eq!((all.used_bytes, all.reporting_osds), (Some(30 << 20), 2));
+    }
+
+    #[test]
+    fn a_pg_whose_primary_keeps_failing_is_stuck_with_why() {
+        let pool = cluster::PoolRecord {
+            version: 1,
+            id: 1,
+            name: "p".into(),
+            redundancy: cluster::Redundancy::Replicated(2),
+            min_size: 1,
+            pg_count: 2,
+            failure_domain: cluster::FailureDomainName::Host,
+            osd_tags: Default::default(),
+            primary_affinity_tag: None,
+        };
+        let mut map = map(&[1, 2], &[1, 2]);
+        let table = cluster::PgTableRecord {
+            version: 1,
+            pool: 1,
+            table_epoch: 3,
+            pgs: vec![(3, vec![1, 2]), (3, vec![2, 1])],
+            targets: Vec::new(),
+        };
+        map.pg_tables.insert(1, table);
+        let report = |pg, failures| wire::PgReport {
+            pg: wire::PgId { pool: 1, pg },
+            epoch: 3,
+            state: wire::PgStateCode::Recovering as u32,
+            members_unlisted: 0,
+            objects_left: 9,
+            trouble: wire::PgTrouble::Copy as u32,
+            failures,
+        };
+        let answers = OsdAnswers {
+            pgs: BTreeMap::from([((1, 0), (1, report(0, 5))), ((1, 1), (2, report(1, 4)))]),
+            ..OsdAnswers::default()
+        };
+        let views = pg_views(&pool, &map, &answers);
+        assert!(views[0].stuck && views[0].failures == 5, "{:?}", views[0]);
+        let reason = views[0].reason.as_deref().unwrap_or_default();
+        assert!(reason.starts_with("stuck: copying an object") && reason.contains("osd.1's log"), "{reason}");
+        // Four failures in a row are not stuck yet.
+        assert!(!views[1].stuck && views[1].reason.is_none(), "{:?}", views[1]);
+        let mut summary = PgSummary::default();
+        views.iter().for_each(|view| summary.count(view));
+        assert_eq!(summary.stuck, 1);
     }
 }

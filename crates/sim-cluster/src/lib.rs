@@ -23,7 +23,8 @@
 //! - `membership.rs`, `scrubs.rs`: an operator's membership changes and scrubs while the
 //!   clients run.
 //! - `settle.rs`: every PG clean on its target set within a bound once the faults stop.
-//! - `replicas.rs`: then every copy of every object identical, before and after a scrub.
+//! - `replicas.rs`: then every copy of every object identical, before and after a scrub;
+//!   `images.rs`: and identical in the disk images, opened with the engine, not asked of the OSDs.
 //! - `pause.rs`: a node paused as SIGSTOP pauses a process.
 //! - `history.rs`: what each block may read as, and the violations.
 //! - `trace.rs`: the trace and its hash.
@@ -41,6 +42,7 @@ mod every_copy_rots;
 mod faults;
 mod gateway;
 mod history;
+mod images;
 pub mod log;
 mod membership;
 mod nbd_client;

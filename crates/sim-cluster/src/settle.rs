@@ -54,16 +54,18 @@ pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, osds: usize, le
     false
 }
 
-fn is_settled(view: &PgView) -> bool {
+pub(crate) fn is_settled(view: &PgView) -> bool {
     let mut acting = view.acting.clone();
     let mut target = view.target.clone();
     acting.sort_unstable();
     target.sort_unstable();
-    view.state == "clean" && acting == target
+    // A clean PG whose primary still counts failures in a row did not finish what it tried.
+    view.state == "clean" && acting == target && !view.stuck
 }
 
 fn describe(view: PgView) -> String {
-    format!("{}.{} {} acting {:?} target {:?}", view.pool, view.pg, view.state, view.acting, view.target)
+    let stuck = if view.stuck { format!(" stuck: {:?}", view.reason) } else { String::new() };
+    format!("{}.{} {} acting {:?} target {:?}{stuck}", view.pool, view.pg, view.state, view.acting, view.target)
 }
 
 /// Every PG's view, from the map and the live OSDs' answers (one at a time, from this node),

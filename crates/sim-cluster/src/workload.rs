@@ -20,7 +20,7 @@ use crate::history::{contents, Address, BLOCK_BYTES};
 use crate::nbd_client::NbdClient;
 use crate::scenarios::{self, Stage};
 use crate::SimOptions;
-use crate::{faults, membership, replicas, scrubs, settle};
+use crate::{faults, images, membership, replicas, scrubs, settle};
 
 pub(crate) fn volume_name(index: usize) -> String {
     format!("vol{index}")
@@ -137,6 +137,17 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     if settle::wait_until_clean(store, nodes.count(), options.osd_lease, run).await {
         let rotted = nodes.rotted.borrow().clone();
         replicas::check(store, options, rotted.as_deref(), run).await;
+        let views = SimNet::on_node("checker", settle::pg_views(store)).await;
+        match (cluster_watch::load(store.as_ref()).await, views) {
+            (Ok(map), Ok((views, _))) => match images::compare(nodes, &map, &views, options) {
+                Ok((objects, skipped)) => run.record(format_args!(
+                    "disk images: replicas of {objects} objects identical ({skipped} in PGs the map moved since)"
+                )),
+                Err(violation) => run.violation(violation),
+            },
+            (Err(error), _) => run.violation(format!("loading the map for the disk images: {error}")),
+            (_, Err(error)) => run.violation(format!("the PGs' states for the disk images: {error}")),
+        }
     }
     if let Some(gateway) = gateway {
         gateway.abort();

@@ -214,6 +214,16 @@ impl SimDisk {
         }
     }
 
+    /// A disk of the same options holding what this one's reads see now, as if every completed
+    /// write had been made durable and the power then cut: for a checker to open the image
+    /// with the engine, independently of the process still running on this disk.
+    pub fn copy_of_written(&self) -> SimDisk {
+        let mut copy = SimDisk::new(SimDiskOptions { faults: SimDiskFaults::default(), ..self.options.clone() });
+        copy.written = self.written.clone();
+        copy.durable = self.written.clone();
+        copy
+    }
+
     pub fn options(&self) -> &SimDiskOptions {
         &self.options
     }

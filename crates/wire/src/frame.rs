@@ -46,6 +46,73 @@ pub struct PgReport {
     pub members_unlisted: u32,
     /// Objects still to copy to members that lack them.
     pub objects_left: u64,
+    /// A [`PgTrouble`] as a number (0: none): why the PG's last attempt at what it is doing
+    /// (peering, a copy, a listing, its clean record) failed.
+    pub trouble: u32,
+    /// Attempts in a row that failed; reset by one that succeeds.
+    pub failures: u32,
+}
+
+impl PgReport {
+    /// Failures in a row from which a PG's work counts as stuck: its primary keeps trying, with
+    /// pauses up to 10 s, and operators are told (`basalt pg ls`, `basalt status`).
+    pub const STUCK_AFTER_FAILURES: u32 = 5;
+
+    pub fn is_stuck(&self) -> bool {
+        self.failures >= PgReport::STUCK_AFTER_FAILURES
+    }
+}
+
+/// Why a PG's last attempt failed (`PgReport::trouble`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u32)]
+pub enum PgTrouble {
+    None = 0,
+    /// Writes of an earlier epoch were still in flight when peering began.
+    EarlierWrites = 1,
+    /// The PG's history record could not be read or written.
+    History = 2,
+    /// A set the history requires has no member that answered (peering's "incomplete").
+    Incomplete = 3,
+    /// Fewer than `min_size` acting members answered.
+    TooFewMembers = 4,
+    /// A member could not be listed.
+    Listing = 5,
+    /// Copying an object to or from a member failed.
+    Copy = 6,
+    /// The map moved on, or a member went down, while the attempt ran.
+    MapMoved = 7,
+}
+
+impl PgTrouble {
+    pub const ALL: [PgTrouble; 8] = [
+        PgTrouble::None,
+        PgTrouble::EarlierWrites,
+        PgTrouble::History,
+        PgTrouble::Incomplete,
+        PgTrouble::TooFewMembers,
+        PgTrouble::Listing,
+        PgTrouble::Copy,
+        PgTrouble::MapMoved,
+    ];
+
+    pub fn from_u32(value: u32) -> Option<PgTrouble> {
+        PgTrouble::ALL.into_iter().find(|trouble| *trouble as u32 == value)
+    }
+
+    /// What an operator reads (`basalt pg ls`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            PgTrouble::None => "",
+            PgTrouble::EarlierWrites => "writes of an earlier epoch still in flight",
+            PgTrouble::History => "its history record cannot be read or written",
+            PgTrouble::Incomplete => "incomplete: no member of a set its history requires answered",
+            PgTrouble::TooFewMembers => "fewer acting members answered than min_size",
+            PgTrouble::Listing => "a member cannot be listed",
+            PgTrouble::Copy => "copying an object to or from a member fails",
+            PgTrouble::MapMoved => "the map moved on during the attempt",
+        }
+    }
 }
 
 /// The states a primary reports (`docs/design/peering.md`, "States").
@@ -605,6 +672,8 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
                 put_u32(out, report.state);
                 put_u32(out, report.members_unlisted);
                 put_u64(out, report.objects_left);
+                put_u32(out, report.trouble);
+                put_u32(out, report.failures);
             }
         }
         Response::VolumeRedundancy { objects, degraded_objects } => {
@@ -727,6 +796,8 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
                     state: reader.u32()?,
                     members_unlisted: reader.u32()?,
                     objects_left: reader.u64()?,
+                    trouble: reader.u32()?,
+                    failures: reader.u32()?,
                 });
             }
             Response::PgStates { history_writes, copied_bytes, pgs }

@@ -36,8 +36,8 @@ const _: () = assert!(usize::BITS >= 32);
 const _: () = assert!((PAYLOAD_SIZE_MAX_BYTES as u64) + (HEADER_SIZE_BYTES as u64) < u32::MAX as u64);
 
 /// Bytes of one PgStates reply entry: PG (8), epoch (8), state (4), members unlisted (4),
-/// objects left (8).
-pub const PG_REPORT_SIZE_BYTES: u32 = 32;
+/// objects left (8), trouble (4), failures (4).
+pub const PG_REPORT_SIZE_BYTES: u32 = 40;
 
 /// The most entries a PgStates reply carries: an OSD leading more PGs reports the first ones.
 pub const PG_REPORTS_MAX_COUNT: u32 = (PAYLOAD_SIZE_MAX_BYTES - 20) / PG_REPORT_SIZE_BYTES;

@@ -102,18 +102,24 @@ fn response() -> impl Strategy<Value = Response> {
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(used_bytes, total_bytes, object_count)| {
             Response::Space { used_bytes, total_bytes, object_count }
         }),
-        (any::<u64>(), any::<u64>(), vec((pg(), any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()), 0..100))
+        (
+            any::<u64>(),
+            any::<u64>(),
+            vec((pg(), any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>(), any::<(u32, u32)>()), 0..100)
+        )
             .prop_map(|(history_writes, copied_bytes, pgs)| Response::PgStates {
                 history_writes,
                 copied_bytes,
                 pgs: pgs
                     .into_iter()
-                    .map(|(pg, epoch, state, members_unlisted, objects_left)| PgReport {
+                    .map(|(pg, epoch, state, members_unlisted, objects_left, (trouble, failures))| PgReport {
                         pg,
                         epoch,
                         state,
                         members_unlisted,
-                        objects_left
+                        objects_left,
+                        trouble,
+                        failures,
                     })
                     .collect(),
             }),

@@ -22,7 +22,8 @@ pub enum Command {
         #[arg(long)]
         pool: Option<String>,
         /// Only PGs in this state: active, clean, degraded, recovering, peering, inactive,
-        /// unknown, or undersized (fewer acting members than target ones, serving or not).
+        /// unknown, undersized (fewer acting members than target ones, serving or not),
+        /// misplaced, or stuck (their primary failed at peering or recovery 5 times in a row).
         #[arg(long)]
         state: Option<String>,
     },

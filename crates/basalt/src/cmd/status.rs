@@ -69,6 +69,12 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
             String::new()
         }
     );
+    if pgs.stuck > 0 {
+        println!(
+            "          {} stuck (their primaries keep failing at peering or recovery: `basalt pg ls --state stuck` says why)",
+            pgs.stuck
+        );
+    }
     if pgs.misplaced > 0 {
         println!("          {} misplaced (moving to their new OSDs; old members serve until done)", pgs.misplaced);
     }

@@ -172,6 +172,8 @@ pub(crate) struct Osd {
     /// Paces recovery, backfill and scrub against client ops (`pacer.rs`).
     pub(crate) pacer: Pacer,
     pub(crate) scrubs: scrub::ScrubLog,
+    /// PGs whose stray copies could not be removed, tried again after the pause.
+    pub(crate) stray_failures: crate::pg::retry::PerPg,
     /// Members that answered a write with `NoSpace`, and when: new objects of their PGs are
     /// refused for [`MEMBER_FULL_HOLD`] before this OSD writes its own copy.
     pub(crate) members_full: std::cell::RefCell<std::collections::BTreeMap<u32, tokio::time::Instant>>,
@@ -251,6 +253,7 @@ impl Osd {
             stopping: Cell::new(false),
             pacer,
             scrubs: scrub::ScrubLog::default(),
+            stray_failures: Default::default(),
             members_full: Default::default(),
             quiet_activations: QuietActivations::default(),
         }

@@ -13,17 +13,41 @@ use cluster::peering::{self, Decision, Listing};
 use cluster::{object_pg, ClusterMap};
 use engine::ObjectId;
 use tokio::time::Instant;
-use wire::{PgId, Request, Response};
+use wire::{PgId, PgTrouble, Request, Response};
 
 use crate::ops::Osd;
 use crate::ops::PgView;
 
+use super::recovery::Push;
+use super::retry::{self, log_failure};
 use super::state::{Active, Pg, Phase};
+
+/// Why a peering did not bring its PG up: what kind of trouble, for `basalt pg ls`, and the
+/// details, for the log.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) trouble: PgTrouble,
+    pub(crate) reason: String,
+}
+
+impl Failure {
+    fn new(trouble: PgTrouble, reason: impl Into<String>) -> Failure {
+        Failure { trouble, reason: reason.into() }
+    }
+}
+
+/// The map moved on, or a member went down, while peering ran.
+fn moved(reason: impl std::fmt::Display) -> Failure {
+    Failure::new(PgTrouble::MapMoved, reason.to_string())
+}
+
+/// Copying an object to or from a member failed.
+fn copy_failed(reason: impl std::fmt::Display) -> Failure {
+    Failure::new(PgTrouble::Copy, reason.to_string())
+}
 
 /// PGs peering at once on one OSD.
 pub(crate) const PEERING_CONCURRENCY: usize = 8;
-/// How often PGs left inactive try again when nothing in the map changes.
-const INACTIVE_RETRY: Duration = Duration::from_secs(1);
 /// How long peering waits for the writes of an earlier epoch still in flight here.
 const DRAIN_WAIT: Duration = Duration::from_secs(10);
 /// Most objects a member may list for one PG: a bound on what a peer can make this OSD hold.
@@ -34,7 +58,8 @@ impl Osd {
     /// primary of at a new epoch, forgets the PGs it no longer leads, and retries inactive PGs.
     pub(crate) async fn follow_map(self: Rc<Self>) {
         let mut receiver = self.map.clone();
-        let mut retry = tokio::time::interval(INACTIVE_RETRY);
+        // Inactive PGs try again when their pause is over (`retry.rs`), or at once on a new map.
+        let mut retry = tokio::time::interval(retry::FIRST);
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let map = receiver.borrow_and_update().clone();
@@ -67,7 +92,7 @@ impl Osd {
                     Some(state) if state.epoch != *epoch => true,
                     Some(state) => {
                         self.follow_target(state, table.target(pg));
-                        state.with_phase(|phase| matches!(phase, Phase::Inactive { .. }))
+                        state.with_phase(|phase| matches!(phase, Phase::Inactive { .. })) && state.attempts.due()
                     }
                 };
                 if again {
@@ -119,6 +144,7 @@ impl Osd {
             let outcome = osd.run_peering(&state).await;
             match outcome {
                 Ok(active) => {
+                    state.attempts.succeeded();
                     let recovery = active.recovery_left() != (0, 0);
                     let clean = active.clean();
                     let members = format!("{:?}", active.acting);
@@ -142,10 +168,15 @@ impl Osd {
                         }
                     }
                 }
-                Err(reason) => {
+                Err(Failure { trouble, reason }) => {
                     if osd.pgs.is_current(&state) {
                         stdx::coverage::mark("peering: the pg inactive");
-                        tracing::warn!(osd = osd.id, pg = %state.id, epoch = state.epoch, %reason, "pg inactive");
+                        let (pause, loudness) = state.attempts.failed(trouble);
+                        let (failures, stuck) = (state.attempts.failures(), state.attempts.is_stuck());
+                        log_failure!(
+                            loudness, osd = osd.id, pg = %state.id, epoch = state.epoch, ?trouble, %reason, failures,
+                            stuck, retry_in_ms = pause.as_millis() as u64, "pg inactive"
+                        );
                         osd.pgs.set_phase(&state, Phase::Inactive { reason });
                     }
                 }
@@ -154,19 +185,21 @@ impl Osd {
     }
 
     /// Peering itself: the active state to serve with, or why the PG cannot be served.
-    async fn run_peering(self: &Rc<Self>, state: &Rc<Pg>) -> Result<Active, String> {
+    async fn run_peering(self: &Rc<Self>, state: &Rc<Pg>) -> Result<Active, Failure> {
         let pg = state.id;
         if tokio::time::timeout(DRAIN_WAIT, self.pgs.drained(pg)).await.is_err() {
-            return Err("writes of an earlier epoch are still in flight".into());
+            return Err(Failure::new(PgTrouble::EarlierWrites, "writes of an earlier epoch are still in flight"));
         }
         let map = self.map.borrow().clone();
-        let view = PgView::lookup(&map, pg).ok_or("the pg left the map")?;
+        let view = PgView::lookup(&map, pg).ok_or_else(|| moved("the pg left the map"))?;
         if view.epoch != state.epoch {
-            return Err(format!("the map moved on to epoch {}", view.epoch));
+            return Err(moved(format!("the map moved on to epoch {}", view.epoch)));
         }
         let acting = view.members.to_vec();
         let target = map.pg_tables[&pg.pool].target(pg.pg as usize).to_vec();
-        let (history, history_revision) = super::history::read(self.store.as_ref(), pg).await?;
+        let (history, history_revision) = super::history::read(self.store.as_ref(), pg)
+            .await
+            .map_err(|error| Failure::new(PgTrouble::History, error))?;
 
         // Every member of the acting set and of every recorded set that is up answers. An OSD
         // marked down on its peers' reports is not asked: a link to it may be cut, and waiting on
@@ -207,11 +240,17 @@ impl Osd {
                     .iter()
                     .map(|interval| format!("{:?} at epoch {}", interval.members, interval.epoch))
                     .collect();
-                return Err(format!("incomplete: no member of {} answered", sets.join(", ")));
+                return Err(Failure::new(
+                    PgTrouble::Incomplete,
+                    format!("incomplete: no member of {} answered", sets.join(", ")),
+                ));
             }
             Decision::TooFewMembers { reached, min_size, .. } => {
                 stdx::coverage::mark("peering: fewer members than min_size answered");
-                return Err(format!("{reached} acting members answered, fewer than min_size {min_size}"));
+                return Err(Failure::new(
+                    PgTrouble::TooFewMembers,
+                    format!("{reached} acting members answered, fewer than min_size {min_size}"),
+                ));
             }
             Decision::Plan(plan) => plan,
         };
@@ -231,8 +270,8 @@ impl Osd {
             stdx::coverage::mark("peering: copies outside every required set discarded");
             tracing::info!(osd = self.id, pg = %pg, member, objects = stale.len(), "discarding copies outside every required set");
             for &(object, held) in stale {
-                self.still_current(state)?;
-                self.discard(pg, state.epoch, member, &map, object, held).await?;
+                self.still_current(state).map_err(moved)?;
+                self.discard(pg, state.epoch, member, &map, object, held).await.map_err(copy_failed)?;
             }
         }
         // Itself first, from whoever holds each object's newest version, then the members that
@@ -240,24 +279,24 @@ impl Osd {
         // taken from another member holding the same version (never one whose list was set aside).
         let skip: Vec<u32> = std::iter::once(self.id).chain(plan.bad.iter().map(peering::BadListing::osd)).collect();
         for need in plan.needs.get(&self.id).into_iter().flatten() {
-            self.still_current(state)?;
+            self.still_current(state).map_err(moved)?;
             let mut sources = vec![need.source];
             sources.extend(holders(&listings, need, &skip, need.source));
-            self.pull(pg, state.epoch, &sources, need.object, need.version).await?;
+            self.pull(pg, state.epoch, &sources, need.object, need.version).await.map_err(copy_failed)?;
         }
         for &member in &plan.before_active[1..] {
             for need in &plan.needs[&member] {
                 stdx::coverage::mark("peering: a member brought up to date before the pg serves");
-                self.still_current(state)?;
-                let address = map.address(member).ok_or_else(|| format!("osd.{member} went down"))?;
+                self.still_current(state).map_err(moved)?;
+                let address = map.address(member).ok_or_else(|| moved(format!("osd.{member} went down")))?;
                 let others = holders(&listings, need, &skip, member);
                 let held = held_version(&listings, member, need.object);
-                self.push(pg, state.epoch, member, address, need.object, held, &others)
-                    .await
-                    .map_err(|error| error.to_string())?;
+                let push =
+                    Push { pg, epoch: state.epoch, member, address, object: need.object, held, holders: &others };
+                self.push(&push).await.map_err(copy_failed)?;
             }
         }
-        self.still_current(state)?;
+        self.still_current(state).map_err(moved)?;
         let mut missing = BTreeMap::new();
         let mut unlisted = BTreeSet::new();
         for &member in &plan.catching_up {

@@ -8,17 +8,30 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
-use std::time::Duration;
 
 use cluster::peering::{History, Interval};
 use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest, PAGE_SIZE_BYTES};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
-use wire::{Opcode, PgId, Request, Response, Status};
+use wire::{Opcode, PgId, PgTrouble, Request, Response, Status};
 
 use super::history::Written;
+use super::retry::{self, log_failure};
 use super::state::{same_members, Active, Pg};
 use crate::ops::{OpError, Osd};
+
+/// A copy of one object from this OSD to a member of its PG.
+pub(crate) struct Push<'a> {
+    pub(crate) pg: PgId,
+    pub(crate) epoch: u64,
+    pub(crate) member: u32,
+    pub(crate) address: &'a str,
+    pub(crate) object: ObjectId,
+    /// The version the member holds (`None`: no copy).
+    pub(crate) held: Option<u64>,
+    /// Other members holding this OSD's version, for when this OSD's copy cannot be read.
+    pub(crate) holders: &'a [u32],
+}
 
 /// Why a copy of an object to a member did not land.
 #[derive(Debug, thiserror::Error)]
@@ -39,11 +52,6 @@ impl From<String> for CopyError {
         CopyError::Failed(reason)
     }
 }
-
-/// The pause before recovery tries a member again after a failure.
-const RECOVERY_RETRY: Duration = Duration::from_millis(200);
-/// The longest pause between attempts to record a PG clean.
-const CLEAN_RECORD_RETRY_MAX: Duration = Duration::from_secs(5);
 
 impl Osd {
     /// `member`'s whole copy of `object` and its version.
@@ -94,7 +102,6 @@ impl Osd {
             // copy replaces it at a version above (minted at this epoch, as a write would be);
             // keeping the newer one, or nothing, would lose the acknowledged write.
             Err(EngineError::StaleVersion { current, .. }) => {
-                stdx::coverage::mark("recovery: a pulled copy replaces a newer unacknowledged version");
                 let above = cluster::mint_version(epoch, Some(current));
                 tracing::info!(osd = self.id, pg = %pg, %object, pulled = held, current, above, "a pulled copy replaces a newer version no one acknowledged");
                 self.engine.submit(write(above)).await.map(|_| ())
@@ -104,43 +111,23 @@ impl Osd {
         written.map_err(|error| format!("writing {object} pulled from osd.{source}: {error}"))
     }
 
-    /// Copies `object` from this OSD to `member`, which holds version `held` of it (`None`: no
-    /// copy); `holders` are other members holding this OSD's version, for when this OSD's copy
-    /// cannot be read. Returns the bytes sent.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn push(
-        &self,
-        pg: PgId,
-        epoch: u64,
-        member: u32,
-        address: &str,
-        object: ObjectId,
-        held: Option<u64>,
-        holders: &[u32],
-    ) -> Result<u64, CopyError> {
-        let _object = self.locks.write(object).await;
-        self.push_held(pg, epoch, member, address, object, held, holders).await
+    /// Copies the object to the member (`push` says which and what it holds). Returns the
+    /// bytes sent.
+    pub(crate) async fn push(&self, push: &Push<'_>) -> Result<u64, CopyError> {
+        let _object = self.locks.write(push.object).await;
+        self.push_held(push).await
     }
 
     /// [`Osd::push`] for a caller that holds the object's write queue. A member holding an
     /// older version this OSD's engine remembers the writes since receives only the pages they
     /// changed; any other gets the whole object.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn push_held(
-        &self,
-        pg: PgId,
-        epoch: u64,
-        member: u32,
-        address: &str,
-        object: ObjectId,
-        held: Option<u64>,
-        holders: &[u32],
-    ) -> Result<u64, CopyError> {
-        if let Some(sent) = self.push_pages(pg, epoch, member, address, object, held).await? {
+    pub(crate) async fn push_held(&self, push: &Push<'_>) -> Result<u64, CopyError> {
+        if let Some(sent) = self.push_pages(push).await? {
             stdx::coverage::mark("recovery: only the changed pages sent");
             self.pgs.count_copied(sent);
             return Ok(sent);
         }
+        let &Push { pg, epoch, member, address, object, holders, .. } = push;
         let (version, data) = self.copy_to_send(pg, epoch, object, holders).await?;
         let sent = data.len() as u64;
         let request = Request::SecWrite { pg, object, version, offset_bytes: 0, data };
@@ -150,21 +137,14 @@ impl Osd {
         Ok(sent)
     }
 
-    /// Sends `member`, which holds version `held` of `object` (`None`: no copy), the pages this
-    /// OSD's version changed since then (since the object was created, for no copy). `None`
-    /// when that cannot be done and the whole object must go instead: the engine does not
-    /// remember every write since `held` (it restarted, forgot the oldest, or `held` was never
-    /// on its line), this copy cannot be read, or the member no longer holds `held`. The caller
-    /// holds the object's write queue.
-    async fn push_pages(
-        &self,
-        pg: PgId,
-        epoch: u64,
-        member: u32,
-        address: &str,
-        object: ObjectId,
-        held: Option<u64>,
-    ) -> Result<Option<u64>, CopyError> {
+    /// Sends the member the pages this OSD's version changed since the version it holds (since
+    /// the object was created, for no copy). `None` when that cannot be done and the whole
+    /// object must go instead: the engine does not remember every write since then (it
+    /// restarted, forgot the oldest, or the member's version was never on its line), this copy
+    /// cannot be read, or the member no longer holds that version. The caller holds the
+    /// object's write queue.
+    async fn push_pages(&self, push: &Push<'_>) -> Result<Option<u64>, CopyError> {
+        let &Push { pg, epoch, member, address, object, held, .. } = push;
         let known = self.engine.with(|engine| {
             let current = engine.object_exists(object).then(|| engine.object_version(object)).flatten()?;
             Some((current, engine.pages_changed_since(object, held, current)?))
@@ -368,15 +348,28 @@ impl Osd {
         let mut copied_bytes = 0u64;
         let copying: RefCell<BTreeSet<(u32, ObjectId)>> = RefCell::new(BTreeSet::new());
         let mut copies = FuturesUnordered::new();
+        // When members left unlisted are listed again (`retry.rs`).
+        let mut list_after = Instant::now();
         while self.pgs.is_current(&state) {
-            // Nothing can be copied to a member before it is listed.
-            if let Some(member) = state.with_active(|active| active.unlisted.first().copied()).flatten() {
-                if let Err(reason) = self.list_missing(&state, member).await {
-                    stdx::coverage::mark("recovery: a listing retried");
-                    tracing::debug!(osd = self.id, pg = %state.id, %reason, "recovery retrying a listing");
-                    tokio::time::sleep(RECOVERY_RETRY).await;
+            // Nothing is copied to a member before it is listed; one that cannot be listed keeps
+            // no other member from its copies.
+            let unlisted = state.with_active(|active| active.unlisted.clone()).unwrap_or_default();
+            if !unlisted.is_empty() && Instant::now() >= list_after {
+                for member in unlisted {
+                    match self.list_missing(&state, member).await {
+                        Ok(()) => state.attempts.succeeded(),
+                        Err(reason) => {
+                            stdx::coverage::mark("recovery: a listing retried");
+                            let (pause, loudness) = state.attempts.failed(PgTrouble::Listing);
+                            log_failure!(
+                                loudness, osd = self.id, pg = %state.id, member, %reason,
+                                failures = state.attempts.failures(), stuck = state.attempts.is_stuck(),
+                                retry_in_ms = pause.as_millis() as u64, "recovery cannot list a member"
+                            );
+                            list_after = Instant::now() + pause;
+                        }
+                    }
                 }
-                continue;
             }
             while copies.len() < self.pacer.in_flight_max() {
                 let next = state.with_active(|active| next_copy(active, &copying.borrow())).flatten();
@@ -385,18 +378,35 @@ impl Osd {
                 let (this, state, copying) = (&self, &state, &copying);
                 copies.push(async move {
                     let result = this.copy_missing(state, member, object).await;
-                    copying.borrow_mut().remove(&(member, object));
-                    if let Err(reason) = &result {
-                        stdx::coverage::mark("recovery: a copy retried");
-                        tracing::debug!(osd = this.id, pg = %state.id, %reason, "recovery retrying a copy");
-                        tokio::time::sleep(RECOVERY_RETRY).await;
+                    match &result {
+                        Ok(_) => state.attempts.succeeded(),
+                        Err(reason) => {
+                            stdx::coverage::mark("recovery: a copy retried");
+                            let (pause, loudness) = state.attempts.failed(PgTrouble::Copy);
+                            log_failure!(
+                                loudness, osd = this.id, pg = %state.id, member, %object, %reason,
+                                failures = state.attempts.failures(), stuck = state.attempts.is_stuck(),
+                                retry_in_ms = pause.as_millis() as u64, "recovery cannot copy an object"
+                            );
+                            // The object stays taken for the pause: no other slot retries it at once.
+                            tokio::time::sleep(pause).await;
+                        }
                     }
+                    copying.borrow_mut().remove(&(member, object));
                     result
                 });
             }
-            // Nothing in flight and nothing left to start: every member holds everything.
-            let Some(result) = copies.next().await else { break };
-            copied_bytes += result.unwrap_or(0);
+            if copies.is_empty() {
+                // Nothing in flight and nothing to start: done, unless a member is left to list.
+                if state.with_active(|active| active.unlisted.is_empty()) != Some(false) {
+                    break;
+                }
+                tokio::time::sleep_until(list_after.max(Instant::now() + retry::FIRST)).await;
+                continue;
+            }
+            if let Some(result) = copies.next().await {
+                copied_bytes += result.unwrap_or(0);
+            }
         }
         drop(copies);
         if !self.pgs.is_current(&state) || state.with_active(|active| active.clean()) != Some(true) {
@@ -410,12 +420,18 @@ impl Osd {
         }
         // A record the lease or the store refused now is tried again: a backfilling PG ends
         // only with it.
-        let mut pause = RECOVERY_RETRY;
-        while !self.record_clean(&state).await && self.pgs.is_current(&state) {
+        while self.pgs.is_current(&state) {
+            let Err(reason) = self.record_clean(&state).await else { break };
             stdx::coverage::mark("recovery: the clean record retried");
+            let (pause, loudness) = state.attempts.failed(PgTrouble::History);
+            log_failure!(
+                loudness, osd = self.id, pg = %state.id, epoch = state.epoch, %reason,
+                failures = state.attempts.failures(), stuck = state.attempts.is_stuck(),
+                retry_in_ms = pause.as_millis() as u64, "cannot record the pg clean"
+            );
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(CLEAN_RECORD_RETRY_MAX);
         }
+        state.attempts.succeeded();
     }
 
     /// Lists `member`'s objects of the PG and records what it lacks.
@@ -461,7 +477,8 @@ impl Osd {
         let (holders, held) = state
             .with_active(|active| (holding_members(active, self.id, object), held_by(active, member, object)))
             .unwrap_or_default();
-        let sent = match self.push_held(pg, state.epoch, member, &address, object, held, &holders).await {
+        let push = Push { pg, epoch: state.epoch, member, address: &address, object, held, holders: &holders };
+        let sent = match self.push_held(&push).await {
             Ok(sent) => sent,
             Err(CopyError::Refused { current, .. }) => {
                 self.rewrite_held(state, object, current, &holders).await?;
@@ -476,7 +493,7 @@ impl Osd {
     /// Replaces the PG's history with "clean at this epoch" when it says more than that.
     /// `false` when it should have and could not (the lease or the store refused): the caller
     /// tries again.
-    async fn record_clean(self: &Rc<Self>, state: &Rc<Pg>) -> bool {
+    async fn record_clean(self: &Rc<Self>, state: &Rc<Pg>) -> Result<(), String> {
         let pg = state.id;
         let _recording = state.recording.lock().await;
         let Some((history, revision, needed, first)) = state.with_active(|active| {
@@ -493,27 +510,21 @@ impl Osd {
             let first = active.history.clean.is_none();
             (History { clean: Some(clean), intervals: Vec::new() }, active.history_revision, needed, first)
         }) else {
-            return true;
+            return Ok(());
         };
         if !needed {
-            return true;
+            return Ok(());
         }
-        if let Err(error) = self.fence() {
-            tracing::debug!(osd = self.id, pg = %pg, epoch = state.epoch, %error, "cannot record the pg clean now");
-            return false;
-        }
+        self.fence().map_err(|error| error.to_string())?;
         match self.write_history(state, history, revision).await {
             // A new PG's first record is the healthy start, not news.
             Ok(Written::At(_)) if first => tracing::debug!(osd = self.id, pg = %pg, epoch = state.epoch, "pg clean"),
             Ok(Written::At(_)) => tracing::info!(osd = self.id, pg = %pg, epoch = state.epoch, "pg clean"),
             // Someone else wrote it: the PG peers again.
             Ok(Written::Changed) => {}
-            Err(reason) => {
-                tracing::warn!(osd = self.id, pg = %pg, %reason, "cannot record the pg clean");
-                return false;
-            }
+            Err(reason) => return Err(reason),
         }
-        true
+        Ok(())
     }
 }
 

@@ -21,6 +21,7 @@ use engine::{EngineError, ObjectId};
 use stdx::HashMap;
 use wire::{PgId, Request, Response, Status};
 
+use super::retry::{log_failure, PerPg, STUCK_AFTER};
 use super::state::Pg;
 use crate::ops::Mutation;
 use crate::ops::{OpError, Osd};
@@ -116,6 +117,8 @@ struct Tally {
 #[derive(Default)]
 pub(crate) struct ScrubLog {
     last: RefCell<HashMap<PgId, (u64, u64)>>,
+    /// PGs whose scrub stopped, tried again after the pause (`retry.rs`).
+    failures: PerPg,
 }
 
 impl Osd {
@@ -127,10 +130,22 @@ impl Osd {
                 if state.with_active(|active| active.clean()) != Some(true) {
                     continue;
                 }
+                if !self.scrubs.failures.due(state.id) {
+                    continue;
+                }
                 let Some((request, inode)) = self.scrub_due(&state).await else { continue };
                 match self.scrub_pg(&state, inode).await {
-                    Ok(tally) => self.record_scrub(&state, request, tally).await,
-                    Err(reason) => tracing::info!(osd = self.id, pg = %state.id, %reason, "scrub stopped"),
+                    Ok(tally) => {
+                        self.scrubs.failures.succeeded(state.id);
+                        self.record_scrub(&state, request, tally).await
+                    }
+                    Err(reason) => {
+                        let (failures, pause, loudness) = self.scrubs.failures.failed(state.id);
+                        log_failure!(
+                            loudness, osd = self.id, pg = %state.id, %reason, failures,
+                            stuck = failures >= STUCK_AFTER, retry_in_ms = pause.as_millis() as u64, "scrub stopped"
+                        );
+                    }
                 }
             }
         }

@@ -17,6 +17,7 @@ use engine::ObjectId;
 use tokio::sync::Notify;
 use wire::{PgId, PgReport, PgStateCode};
 
+use super::retry::Attempts;
 use crate::ops::OpError;
 use crate::pacer::Priority;
 
@@ -29,12 +30,16 @@ pub(crate) struct Pg {
     pub(crate) since: Instant,
     /// History writes of this PG run one at a time.
     pub(crate) recording: tokio::sync::Mutex<()>,
+    /// Failures in a row of its peering and recovery at this epoch, shared by every `Pg` of
+    /// the epoch (peering again makes a new one).
+    pub(crate) attempts: Rc<Attempts>,
 }
 
 pub(crate) enum Phase {
     /// Collecting the members' lists and bringing the first members up to date.
     Peering,
-    /// Not serving: a recorded set is unreachable, or too few members answered.
+    /// Not serving: a recorded set is unreachable, or too few members answered (the kind of
+    /// trouble is in the PG's `attempts`).
     Inactive {
         reason: String,
     },
@@ -172,6 +177,8 @@ impl Pg {
             state: self.state_code() as u32,
             members_unlisted: members_unlisted as u32,
             objects_left: objects_left as u64,
+            trouble: self.attempts.trouble() as u32,
+            failures: self.attempts.failures(),
         }
     }
 }
@@ -180,6 +187,8 @@ impl Pg {
 #[derive(Default)]
 pub(crate) struct PgStates {
     pgs: RefCell<HashMap<PgId, Rc<Pg>>>,
+    /// Each PG's attempts at its current epoch.
+    attempts: RefCell<HashMap<PgId, (u64, Rc<Attempts>)>>,
     /// Writes in flight per PG, of any epoch: peering waits until the PG's older ones are done.
     writes: RefCell<HashMap<PgId, usize>>,
     /// Signalled on every phase change and every new `Pg`.
@@ -199,12 +208,22 @@ impl PgStates {
 
     /// Starts a new `Pg` in `Peering` at `epoch`, replacing any other; returns it.
     pub(crate) fn begin(&self, pg: PgId, epoch: u64, since: Instant) -> Rc<Pg> {
+        let attempts = {
+            let mut all = self.attempts.borrow_mut();
+            let (at, attempts) = all.entry(pg).or_insert_with(|| (epoch, Rc::default()));
+            if *at != epoch {
+                *at = epoch;
+                *attempts = Rc::default();
+            }
+            attempts.clone()
+        };
         let state = Rc::new(Pg {
             id: pg,
             epoch,
             phase: RefCell::new(Phase::Peering),
             since,
             recording: tokio::sync::Mutex::new(()),
+            attempts,
         });
         self.pgs.borrow_mut().insert(pg, state.clone());
         self.changed.notify_waiters();
@@ -214,6 +233,8 @@ impl PgStates {
     /// Forgets every PG `keep` refuses.
     pub(crate) fn retain(&self, mut keep: impl FnMut(PgId) -> bool) {
         self.pgs.borrow_mut().retain(|pg, _| keep(*pg));
+        let pgs = self.pgs.borrow();
+        self.attempts.borrow_mut().retain(|pg, _| pgs.contains_key(pg));
         self.changed.notify_waiters();
     }
 
@@ -249,7 +270,7 @@ impl PgStates {
                 let inactive = state.with_phase(|phase| match phase {
                     Phase::Active(_) => Ok(true),
                     Phase::Peering => Ok(false),
-                    Phase::Inactive { reason } => Err(reason.clone()),
+                    Phase::Inactive { reason, .. } => Err(reason.clone()),
                 });
                 match inactive {
                     Ok(true) => return Ok(state),

@@ -11,6 +11,7 @@ use cluster::ClusterMap;
 use engine::{EngineError, ObjectId, Request as EngineRequest};
 use wire::PgId;
 
+use super::retry::{log_failure, STUCK_AFTER};
 use crate::ops::Osd;
 
 /// How often the OSD looks for stray copies.
@@ -23,8 +24,18 @@ impl Osd {
             tokio::time::sleep(STRAY_CHECK_INTERVAL).await;
             let map = self.map.borrow().clone();
             for (pg, objects) in self.strays(&map) {
-                if let Err(reason) = self.remove_stray_pg(pg, objects).await {
-                    tracing::warn!(osd = self.id, pg = %pg, %reason, "cannot remove stray copies");
+                if !self.stray_failures.due(pg) {
+                    continue;
+                }
+                match self.remove_stray_pg(pg, objects).await {
+                    Ok(()) => self.stray_failures.succeeded(pg),
+                    Err(reason) => {
+                        let (failures, pause, loudness) = self.stray_failures.failed(pg);
+                        log_failure!(
+                            loudness, osd = self.id, pg = %pg, %reason, failures, stuck = failures >= STUCK_AFTER,
+                            retry_in_ms = pause.as_millis() as u64, "cannot remove stray copies"
+                        );
+                    }
                 }
             }
         }
