@@ -272,7 +272,10 @@ pub fn pg_views(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> Ve
                 )),
                 ("inactive", Some(osd)) if trouble.is_some_and(|trouble| trouble != wire::PgTrouble::None) => {
                     let trouble = trouble.map_or("", wire::PgTrouble::describe);
-                    Some(format!("{trouble}, {failures} times in a row (osd.{osd}'s log has the details)"))
+                    Some(format!(
+                        "its primary osd.{osd} cannot activate it: {trouble}, {failures} times in a row (osd.{osd}'s \
+                         log has the details)"
+                    ))
                 }
                 (_, Some(osd)) if stuck => {
                     let trouble = trouble.map_or("its work fails", wire::PgTrouble::describe);
