@@ -3,7 +3,7 @@
 //! member's copy of every object the clients could touch is read there. The OSDs' own answers
 //! (`replicas.rs`) go through the code under test; these do not.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use cluster::ClusterMap;
 use engine::{Engine, EngineOptions, ObjectId, Reply, Request};
@@ -23,16 +23,21 @@ enum Copy {
 }
 
 /// Compares every member's copy of every object in the disk images, for the PGs `views` shows
-/// settled (clean on their target set: the map may have moved on since the run settled);
-/// returns how many objects were compared and how many skipped.
+/// settled (clean on their target set), among the members the views name; returns how many
+/// objects were compared and how many skipped (in PGs not settled when asked).
 pub(crate) fn compare(
     nodes: &Nodes,
     map: &ClusterMap,
     views: &[PgView],
     options: &SimOptions,
 ) -> Result<(usize, usize), String> {
-    let settled: BTreeSet<(u32, u32)> =
-        views.iter().filter(|view| crate::settle::is_settled(view)).map(|view| (view.pool, view.pg)).collect();
+    // The members as the views saw them settled: the map may have moved on since (an OSD
+    // marked in again makes it a member to backfill).
+    let settled: BTreeMap<(u32, u32), &[u32]> = views
+        .iter()
+        .filter(|view| crate::settle::is_settled(view))
+        .map(|view| ((view.pool, view.pg), view.acting.as_slice()))
+        .collect();
     let mut engines = BTreeMap::new();
     for (&osd, record) in &map.osds {
         let name = record.host.trim_start_matches(HOST_PREFIX);
@@ -52,13 +57,12 @@ pub(crate) fn compare(
         for stripe in 0..stripes {
             let object = ObjectId { inode: record.id, stripe };
             let pg = cluster::object_pg(record.id, stripe, pool.pg_count);
-            let state = map.pg(pool.id, pg).ok_or_else(|| format!("no PG {}.{pg}", pool.id))?;
-            if !settled.contains(&(pool.id, pg)) {
+            let Some(&members) = settled.get(&(pool.id, pg)) else {
                 skipped += 1;
                 continue;
-            }
+            };
             let mut copies = Vec::new();
-            for &osd in &state.members {
+            for &osd in members {
                 let engine = engines.get_mut(&osd).ok_or_else(|| format!("osd.{osd} has no disk image"))?;
                 copies.push((osd, copy_of(engine, object)));
             }

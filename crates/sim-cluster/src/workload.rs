@@ -141,7 +141,7 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         match (cluster_watch::load(store.as_ref()).await, views) {
             (Ok(map), Ok((views, _))) => match images::compare(nodes, &map, &views, options) {
                 Ok((objects, skipped)) => run.record(format_args!(
-                    "disk images: replicas of {objects} objects identical ({skipped} in PGs the map moved since)"
+                    "disk images: replicas of {objects} objects identical ({skipped} in PGs not settled when asked)"
                 )),
                 Err(violation) => run.violation(violation),
             },
