@@ -48,6 +48,7 @@ mod membership;
 mod nbd_client;
 mod node_store;
 mod pause;
+pub mod regressions;
 mod replicas;
 mod scenarios;
 mod scrubs;

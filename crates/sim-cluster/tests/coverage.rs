@@ -1,6 +1,7 @@
 //! Every coverage mark (`stdx::coverage::mark`) at the rare branches of peering, recovery,
 //! backfill, scrub and stray removal is reached by the simulator within [`SEEDS`] seeds with a
-//! drawn geometry, [`FIXED_SEEDS`] with the fixed one, and one run of each scripted scenario:
+//! drawn geometry, [`FIXED_SEEDS`] with the fixed one, the seeds that once failed
+//! (`sim_cluster::regressions`) and one run of each scripted scenario:
 //! a branch the simulator never takes is a branch no seed can find a bug in. The runs are
 //! deterministic, so a mark lost is lost to a change of the code, never to chance. The marks are found by reading the sources, so a new mark is
 //! required as soon as it is written. `BASALT_SIM_COVERAGE_SEEDS=N` runs N seeds instead.
@@ -8,6 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use sim_cluster::regressions::{DRAWN_REGRESSIONS, REGRESSIONS};
 use sim_cluster::{run, Scenario, SimOptions};
 
 /// Seeds with a drawn geometry within which every mark must be hit.
@@ -62,6 +64,14 @@ fn every_coverage_mark_is_hit() {
         let outcome = run(seed, &SimOptions::default());
         assert!(outcome.passed(), "fixed seed {seed}: {:?}", outcome.violations);
     }
+    // The seeds that once failed: each reached a rare branch then.
+    for &(seed, _) in &REGRESSIONS {
+        assert!(run(seed, &SimOptions::default()).passed(), "regression seed {seed}");
+    }
+    for &(seed, _) in &DRAWN_REGRESSIONS {
+        let outcome = run(seed, &drawn);
+        assert!(outcome.passed(), "drawn regression seed {seed}: {:?}", outcome.violations);
+    }
     for scenario in Scenario::ALL {
         let outcome = run(1, &scenario.options());
         assert!(outcome.passed(), "{scenario:?}: {:?}", outcome.violations);
@@ -73,6 +83,6 @@ fn every_coverage_mark_is_hit() {
     let missed: Vec<&String> = marks.iter().filter(|mark| !hits.contains_key(mark.as_str())).collect();
     assert!(
         missed.is_empty(),
-        "marks never hit in {seeds} drawn seeds, {FIXED_SEEDS} fixed ones and the scenarios: {missed:#?}"
+        "marks never hit in {seeds} drawn seeds, {FIXED_SEEDS} fixed ones, the regression seeds and the scenarios: {missed:#?}"
     );
 }

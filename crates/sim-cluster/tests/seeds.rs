@@ -17,20 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use osd::planted::PlantedBug;
+use sim_cluster::regressions::{DRAWN_REGRESSIONS, REGRESSIONS};
 use sim_cluster::{live_replay_command, run, run_twice, Scenario, SimOptions};
-
-/// Seeds that once failed with the fixed geometry (3 OSDs, 3 copies, `min_size` 2), kept with
-/// what they found.
-const REGRESSIONS: [(u64, &str); 8] = [
-    (268, "an OSD restarted after its drive failed reaped the requests of the process before it"),
-    (315, "a primary whose copy rotted answered a client Corrupt while a member was down"),
-    (376, "a primary's drive failed three reads in a row and the client saw the error"),
-    (9764, "a primary whose own write failed minted that version again: the secondaries took the next write for a retry and skipped it"),
-    (57656, "the pacer slept for less than a timer tick and spun, which a paused clock never ends"),
-    (16390, "the settle check passed in the instant before a lease that lapsed during a heal took its OSD down"),
-    (63111, "the final reads waited for ever behind a one-way cut between two OSDs that both kept their leases"),
-    (27988, "a primary whose copy rotted sent it to a member catching up, failed, and retried for ever instead of sending another member's good copy"),
-];
 
 /// How long one seed may take in wall time before the run is taken for a livelock: a task that
 /// never waits keeps the paused clock from moving, and the run would never end.
@@ -146,14 +134,6 @@ fn seeds_pass_and_replay_alike() {
         simulated.as_secs_f64() / seeds.len() as f64
     );
 }
-
-/// Seeds that once failed with a geometry drawn from the seed, kept with what they found.
-const DRAWN_REGRESSIONS: [(u64, &str); 4] = [
-    (14, "6 OSDs, down-out 8 s: a PG whose target changed back to its acting set at the same epoch stayed degraded for ever"),
-    (11, "a backfilling PG clean with the members its history already named, at an older epoch, never told the mon it was complete"),
-    (23, "a primary that discarded its own unacknowledged newer copy pulled the acknowledged older one, took the refusal for success and lost the write"),
-    (227, "a clean record the lease refused for an instant was never tried again: the backfill never ended"),
-];
 
 #[test]
 fn seeds_that_once_failed_pass() {

@@ -40,10 +40,12 @@ pub(crate) enum Copy {
         crc32c: u32,
     },
     Missing,
-    /// Its checksums fail, or the drive failed the read; the version its holder knows it at,
-    /// when it knows one (the primary's engine knows its own copy's; a member's reply says none).
+    /// Its checksums fail, or the drive failed the read (`drive`); the version its holder
+    /// knows it at, when it knows one (the primary's engine knows its own copy's; a member's
+    /// reply says none).
     Unreadable {
         version: Option<u64>,
+        drive: bool,
     },
 }
 
@@ -68,7 +70,7 @@ pub(crate) fn judge(copies: &[(u32, Copy)]) -> Verdict {
     let newest = copies
         .iter()
         .filter_map(|(_, copy)| match copy {
-            Copy::Held { version, .. } | Copy::Unreadable { version: Some(version) } => Some(*version),
+            Copy::Held { version, .. } | Copy::Unreadable { version: Some(version), .. } => Some(*version),
             _ => None,
         })
         .max();
@@ -251,8 +253,8 @@ impl Osd {
                 match reply.response {
                     Response::ObjectInfo { version, data_crc32c } => Copy::Held { version, crc32c: data_crc32c },
                     Response::Failed { status: Status::NoSuchObject, .. } => Copy::Missing,
-                    Response::Failed { status: Status::Corrupt | Status::IoError, .. } => {
-                        Copy::Unreadable { version: None }
+                    Response::Failed { status: status @ (Status::Corrupt | Status::IoError), .. } => {
+                        Copy::Unreadable { version: None, drive: status == Status::IoError }
                     }
                     other => return Err(format!("osd.{member} answered the info of {object} with {other:?}")),
                 }
@@ -268,7 +270,10 @@ impl Osd {
         }
         match self.read(object, 0, self.object_size_bytes).await {
             Ok((version, data)) => Copy::Held { version, crc32c: crc32c::crc32c(&data) },
-            Err(_) => Copy::Unreadable { version: self.engine.with(|engine| engine.object_version(object)) },
+            Err(error) => Copy::Unreadable {
+                version: self.engine.with(|engine| engine.object_version(object)),
+                drive: matches!(error, OpError::Engine(EngineError::Disk(_))),
+            },
         }
     }
 
@@ -297,6 +302,15 @@ impl Osd {
                 stdx::coverage::mark("scrub: a repair waits for a target member away");
                 return Err(RepairError::Unfinished(format!(
                     "no member up holds a readable copy of the newest version ({copies:?}); osd {away:?} may"
+                )));
+            }
+            // A drive that failed a read may read the next time: nothing is known lost yet.
+            Verdict::Unrepairable
+                if copies.iter().any(|(_, copy)| matches!(copy, Copy::Unreadable { drive: true, .. })) =>
+            {
+                stdx::coverage::mark("scrub: a repair waits for a drive that failed a read");
+                return Err(RepairError::Unfinished(format!(
+                    "no member holds a readable copy of the newest version, and a drive failed its read: {copies:?}"
                 )));
             }
             Verdict::Unrepairable => {
@@ -387,7 +401,7 @@ mod tests {
         assert_eq!(judge(&[(1, Copy::Missing), (2, Copy::Missing)]), Verdict::Consistent);
         // A primary whose copy fails its checksums is rewritten from a member's.
         assert_eq!(
-            judge(&[(1, Copy::Unreadable { version: Some(5) }), (2, held(5, 7)), (3, held(5, 7))]),
+            judge(&[(1, Copy::Unreadable { version: Some(5), drive: false }), (2, held(5, 7)), (3, held(5, 7))]),
             Verdict::Repair { source: 2, bad: vec![1] }
         );
         // Silent damage: two agree against one.
@@ -406,11 +420,14 @@ mod tests {
         );
         // Two copies that disagree at one version: the primary's.
         assert_eq!(judge(&[(1, held(5, 7)), (2, held(5, 9))]), Verdict::Repair { source: 1, bad: vec![2] });
-        assert_eq!(judge(&[(1, Copy::Unreadable { version: None }), (2, Copy::Missing)]), Verdict::Unrepairable);
+        assert_eq!(
+            judge(&[(1, Copy::Unreadable { version: None, drive: false }), (2, Copy::Missing)]),
+            Verdict::Unrepairable
+        );
         // A primary whose newest copy cannot be read is never rewritten from an older one (a
         // member still catching up): no good copy is up.
         assert_eq!(
-            judge(&[(1, Copy::Unreadable { version: Some(6) }), (2, held(5, 7)), (3, Copy::Missing)]),
+            judge(&[(1, Copy::Unreadable { version: Some(6), drive: true }), (2, held(5, 7)), (3, Copy::Missing)]),
             Verdict::Unrepairable
         );
     }
