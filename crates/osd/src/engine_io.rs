@@ -97,11 +97,12 @@ impl EngineIo {
         self.objects.borrow_mut().list(&engine, pg.pool, pg.pg, pg_count, start, count_max)
     }
 
-    /// The pools with objects here, and for one of `pg_count` PGs, its PGs with objects.
+    /// The pools with objects here.
     pub(crate) fn pools_with_objects(&self) -> Vec<u32> {
         self.objects.borrow().pools()
     }
 
+    /// The PGs of `pool` (of `pg_count` PGs) with objects here.
     pub(crate) fn pgs_with_objects(&self, pool: u32, pg_count: u32) -> Vec<u32> {
         self.objects.borrow_mut().pgs_with_objects(pool, pg_count)
     }
