@@ -23,7 +23,7 @@ use std::time::Duration;
 use engine::{Completion, Engine, EngineError, ObjectId, Reply, Request};
 use futures_util::future::poll_fn;
 use platform::{Disk, DiskReady};
-use stdx::SlotTable;
+use stdx::{HashMap, SlotTable};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -39,6 +39,9 @@ pub(crate) struct EngineIo {
     /// The engine's objects by PG, for listings that cost one PG's objects.
     objects: RefCell<ObjectsByPg>,
     slots: RefCell<SlotTable<SlotState>>,
+    /// The object of each write in flight, by its slot: its completion ends the write in
+    /// `objects`.
+    writes: RefCell<HashMap<u64, ObjectId>>,
     ready: Box<dyn DiskReady>,
     /// Set by `submit`: the driver polls the engine so the request reaches the kernel.
     kick: Notify,
@@ -67,6 +70,7 @@ impl EngineIo {
             objects: RefCell::new(ObjectsByPg::of(&engine)),
             engine: RefCell::new(engine),
             slots: RefCell::new(SlotTable::new(ENGINE_OPS_IN_FLIGHT_MAX)),
+            writes: RefCell::new(HashMap::default()),
             ready,
             kick: Notify::new(),
             progressed: Notify::new(),
@@ -118,7 +122,8 @@ impl EngineIo {
             .insert(SlotState::Waiting(None))
             .unwrap_or_else(|_| panic!("more than {ENGINE_OPS_IN_FLIGHT_MAX} engine requests in flight"));
         if let Request::Write { object, .. } | Request::WriteVersioned { object, .. } = &request {
-            self.objects.borrow_mut().enter(*object);
+            self.objects.borrow_mut().write_started(*object);
+            self.writes.borrow_mut().insert(user_data, *object);
         }
         self.engine.borrow_mut().submit(user_data, request);
         self.kick.notify_one();
@@ -235,6 +240,9 @@ impl EngineIo {
             let mut slots = self.slots.borrow_mut();
             for completion in completions.drain(..) {
                 let id = completion.user_data;
+                if let Some(object) = self.writes.borrow_mut().remove(&id) {
+                    self.objects.borrow_mut().write_finished(object);
+                }
                 let state = slots.get_mut(id).expect("a completion for a slot of another request");
                 match std::mem::replace(state, SlotState::Done(completion.result)) {
                     SlotState::Waiting(waker) => wakers.extend(waker),

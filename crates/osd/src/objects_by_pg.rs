@@ -7,10 +7,14 @@
 //! names the pool's PG count, and by PG from then on (a pool's PG count never changes).
 //!
 //! It may name more objects than the engine holds, never fewer: every object the engine held at
-//! open is entered then, every write enters its object when it is submitted (the engine shows
-//! it from then on), and a deleted object leaves only when a listing finds the engine no longer
-//! holds it. Listings answer from the engine (`Engine::object_exists`, `object_version`), so
-//! they are exactly what a walk of every object would answer.
+//! open is entered then, every write enters its object when it is submitted, and an entry
+//! leaves only when a listing finds the engine no longer holds the object and no write of it is
+//! in flight. A write the engine has queued but not yet journaled does not show in the engine
+//! (`Engine::object_exists` is false for a new object until then, which on a slow drive lasts
+//! long), so an entry forgotten then would hide the object from every later listing, and
+//! peering would take a member's list that lacks an acknowledged write for the truth.
+//! Listings answer from the engine (`Engine::object_exists`, `object_version`), so they are
+//! exactly what a walk of every object would answer.
 
 use std::collections::BTreeSet;
 
@@ -23,6 +27,8 @@ use crate::engine_io::OsdEngine;
 #[derive(Default)]
 pub(crate) struct ObjectsByPg {
     pools: HashMap<u32, Pool>,
+    /// Objects with writes submitted and not completed, and how many.
+    writing: HashMap<ObjectId, u32>,
 }
 
 enum Pool {
@@ -64,8 +70,23 @@ impl ObjectsByPg {
         index
     }
 
-    /// Enters `object`, which a write is about to create or change.
-    pub(crate) fn enter(&mut self, object: ObjectId) {
+    /// Enters `object`, which a write submitted now creates or changes: its entry stays at
+    /// least until [`ObjectsByPg::write_finished`].
+    pub(crate) fn write_started(&mut self, object: ObjectId) {
+        *self.writing.entry(object).or_default() += 1;
+        self.enter(object);
+    }
+
+    /// A write of `object` completed (or failed): the engine shows its outcome from now on.
+    pub(crate) fn write_finished(&mut self, object: ObjectId) {
+        let count = self.writing.get_mut(&object).expect("a write finished that was never started");
+        *count -= 1;
+        if *count == 0 {
+            self.writing.remove(&object);
+        }
+    }
+
+    fn enter(&mut self, object: ObjectId) {
         let pool = self.pools.entry(VolumeRecord::pool_of(object.inode)).or_insert(Pool::Unplaced(BTreeSet::new()));
         match pool {
             Pool::Unplaced(objects) => {
@@ -91,6 +112,7 @@ impl ObjectsByPg {
     ) -> Vec<(ObjectId, u64)> {
         let Some(entry) = self.pools.get_mut(&pool) else { return Vec::new() };
         let Some(objects) = entry.placed(pg_count).get_mut(pg as usize) else { return Vec::new() };
+        let writing = &self.writing;
         let mut listed = Vec::new();
         let mut gone = Vec::new();
         for &object in objects.range(start..) {
@@ -99,6 +121,7 @@ impl ObjectsByPg {
             }
             match engine.object_exists(object).then(|| engine.object_version(object)).flatten() {
                 Some(version) => listed.push((object, version)),
+                None if writing.contains_key(&object) => {}
                 None => gone.push(object),
             }
         }
@@ -138,13 +161,14 @@ mod tests {
     }
 
     fn write(engine: &mut OsdEngine, index: &mut ObjectsByPg, object: ObjectId) {
-        index.enter(object);
+        index.write_started(object);
         engine.submit(0, Request::Write { object, offset_bytes: 0, data: AlignedBuffer::from_slice(&[7; 4096]) });
         let mut completions = Vec::new();
         while completions.is_empty() {
             engine.poll(&mut completions);
         }
         completions[0].result.as_ref().expect("the write");
+        index.write_finished(object);
     }
 
     /// What a walk of every object answers for one PG: the index must answer the same.
@@ -204,6 +228,29 @@ mod tests {
         }
         assert!(index.list(&engine, 1, pg, 4, start, 10).is_empty());
         assert!(index.pgs_with_objects(1, 4).is_empty(), "the entry of a deleted object is forgotten once listed");
+    }
+
+    /// A listing while the first write of an object is queued in the engine (not journaled yet,
+    /// so the engine does not show the object) must not forget the object: once the write
+    /// completes, the next listing finds it.
+    #[test]
+    fn a_listing_during_an_objects_first_write_keeps_it() {
+        let mut engine = engine();
+        let mut index = ObjectsByPg::default();
+        let object = ObjectId { inode: VolumeRecord::inode(1, 1), stripe: 3 };
+        let pg = object_pg(object.inode, object.stripe, 4);
+        let start = ObjectId { inode: 0, stripe: 0 };
+        index.write_started(object);
+        engine.submit(0, Request::Write { object, offset_bytes: 0, data: AlignedBuffer::from_slice(&[7; 4096]) });
+        assert!(!engine.object_exists(object), "the engine shows a write only once it is journaled");
+        assert!(index.list(&engine, 1, pg, 4, start, 10).is_empty());
+        let mut completions = Vec::new();
+        while completions.is_empty() {
+            engine.poll(&mut completions);
+        }
+        completions[0].result.as_ref().expect("the write");
+        index.write_finished(object);
+        assert_eq!(index.list(&engine, 1, pg, 4, start, 10).len(), 1, "the object is listed once written");
     }
 
     /// The scale measurement (`cargo test --release -p osd -- --ignored --nocapture

@@ -15,10 +15,11 @@ pub const REGRESSIONS: [(u64, &str); 8] = [
 ];
 
 /// Seeds that once failed with a geometry drawn from the seed, kept with what they found.
-pub const DRAWN_REGRESSIONS: [(u64, &str); 5] = [
+pub const DRAWN_REGRESSIONS: [(u64, &str); 6] = [
     (14, "6 OSDs, down-out 8 s: a PG whose target changed back to its acting set at the same epoch stayed degraded for ever"),
     (11, "a backfilling PG clean with the members its history already named, at an older epoch, never told the mon it was complete"),
     (23, "a primary that discarded its own unacknowledged newer copy pulled the acknowledged older one, took the refusal for success and lost the write"),
     (227, "a clean record the lease refused for an instant was never tried again: the backfill never ended"),
     (2450, "a primary whose drive failed two reads in a row, holding the only copy of the newest version, called it unrepairable and failed the client's read"),
+    (52814, "a member listed while its slow drive still queued an object's first write forgot the object for good; peering took its list and a read returned zeros for an acknowledged write"),
 ];
