@@ -15,8 +15,9 @@ first=${2:-1}
 jobs=${JOBS:-$(nproc)}
 logs=${LOGS:-target/sim-soak}
 mkdir -p "$logs"
-cargo build --release -p sim-cluster --tests >&2
-binary=$(cargo test --release -p sim-cluster --test seeds --no-run --message-format=json 2>/dev/null |
+# The test profile: optimised, with debug assertions and overflow checks on.
+cargo test -p sim-cluster --test seeds --no-run >&2
+binary=$(cargo test -p sim-cluster --test seeds --no-run --message-format=json 2>/dev/null |
     jq -r 'select(.executable != null and .target.name == "seeds") | .executable' | tail -1)
 started=$(date +%s.%N)
 chunk=$(((seeds + jobs - 1) / jobs))

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the tests drive. Installed only when missing, so reruns are fast.
-# etcd-server: the etcd the tests start (building needs no protoc: scripts/check-no-protoc.sh);
+# etcd-server: the etcd the tests start (building needs no protoc: the lint build runs through scripts/without-protoc.sh);
 # iproute2, iptables: the network namespaces of the multi-process tests and the links they cut; libnbd-bin, python3-libnbd, nbdkit, qemu-utils: the real NBD clients of the gateway tests;
 # fuse3, e2fsprogs, postgresql: PostgreSQL on ext4 on a volume through nbdfuse and a loop device (../shared/rig/pgbench-on-nbd.sh).
 packages=(fio jq util-linux iproute2 iptables etcd-server libnbd-bin python3-libnbd nbdkit qemu-utils fuse3 e2fsprogs postgresql)
@@ -28,8 +28,8 @@ rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup com
 
 echo "test.sh: cargo fmt --check"
 cargo fmt --all -- --check
-echo "test.sh: cargo clippy"
-cargo clippy --workspace --all-targets -- -D warnings
+echo "test.sh: cargo clippy, with no protoc reachable"
+scripts/without-protoc.sh cargo clippy --workspace --all-targets -- -D warnings
 # Property tests draw from a fixed seed so a run is reproducible; set PROPTEST_RNG_SEED (and the
 # BASALT_*_CASES / BASALT_CRASH_SEEDS counts) to explore further.
 export PROPTEST_RNG_SEED=${PROPTEST_RNG_SEED:-20261121}
@@ -39,8 +39,6 @@ trap 'rm -f "$log"' EXIT
 cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 echo "test.sh: fuzz smoke"
 scripts/fuzz-smoke.sh "${BASALT_FUZZ_SECONDS:-20}"
-echo "test.sh: build with no protoc"
-scripts/check-no-protoc.sh
 
 # One closing line over every test binary, for readers of the log's last line.
 passed=$(awk '/^test result: /{for(i=1;i<=NF;i++) if($(i+1)~/^passed/) s+=$i} END{print s+0}' "$log")

@@ -216,7 +216,7 @@ fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
     if options.drawn_geometry {
         command.push_str(" BASALT_SIM_GEOMETRY=drawn");
     }
-    command + " cargo test --release -p sim-cluster --test seeds"
+    command + " cargo test -p sim-cluster --test seeds"
 }
 
 /// Runs `seed` twice: both runs must pass and leave the same trace. The error names the
