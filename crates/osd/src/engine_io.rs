@@ -47,9 +47,11 @@ pub(crate) struct EngineIo {
     kick: Notify,
     /// Signalled after every poll that moved something (shutdown waits on it).
     progressed: Notify,
-    /// Signalled once, when the engine is first found poisoned (its drive failed a write).
+    /// Signalled once, when the drive is first found to have failed a write: the engine is
+    /// poisoned, or a whole-object write's fresh block failed (which leaves the engine sound,
+    /// but a drive that fails writes stops its OSD either way, ADR 0021).
     failed: Notify,
-    failure_seen: Cell<bool>,
+    failure: RefCell<Option<String>>,
     spin: Duration,
     spinning: Cell<bool>,
     last_activity: Cell<Instant>,
@@ -75,7 +77,7 @@ impl EngineIo {
             kick: Notify::new(),
             progressed: Notify::new(),
             failed: Notify::new(),
-            failure_seen: Cell::new(false),
+            failure: RefCell::new(None),
             spin,
             spinning: Cell::new(false),
             last_activity: Cell::new(Instant::now()),
@@ -208,7 +210,16 @@ impl EngineIo {
     /// nothing more can be made durable on it.
     pub(crate) async fn failed(&self) -> String {
         self.failed.notified().await;
-        self.engine.borrow().poisoned().expect("signalled once poisoned").to_string()
+        self.failure.borrow().clone().expect("signalled once the drive failed")
+    }
+
+    /// Records the drive's first failed write and tells `failed`.
+    fn drive_failed(&self, reason: String) {
+        let mut failure = self.failure.borrow_mut();
+        if failure.is_none() {
+            *failure = Some(reason);
+            self.failed.notify_one();
+        }
     }
 
     /// Records activity (a request arrived or replied): with a spin budget, the thread keeps
@@ -226,9 +237,9 @@ impl EngineIo {
     /// Polls the engine once and wakes the tasks whose requests finished. Returns how many did.
     fn poll_once(&self, completions: &mut Vec<Completion>) -> usize {
         self.engine.borrow_mut().poll(completions);
-        if !self.failure_seen.get() && self.engine.borrow().poisoned().is_some() {
-            self.failure_seen.set(true);
-            self.failed.notify_one();
+        let poisoned = self.engine.borrow().poisoned().map(str::to_string);
+        if let Some(reason) = poisoned {
+            self.drive_failed(reason);
         }
         let finished = completions.len();
         if finished == 0 {
@@ -238,10 +249,17 @@ impl EngineIo {
         let mut wakers = Vec::new();
         {
             let mut slots = self.slots.borrow_mut();
-            for completion in completions.drain(..) {
+            for mut completion in completions.drain(..) {
                 let id = completion.user_data;
                 if let Some(object) = self.writes.borrow_mut().remove(&id) {
                     self.objects.borrow_mut().write_finished(object);
+                    if let Err(EngineError::Disk(error)) = &completion.result {
+                        // The OSD stops on it; the request answers as on a poisoned engine, so
+                        // that it is retried on the members left rather than failed.
+                        let reason = format!("a write of {object} failed: {error}");
+                        self.drive_failed(reason.clone());
+                        completion.result = Err(EngineError::Poisoned { reason });
+                    }
                 }
                 let state = slots.get_mut(id).expect("a completion for a slot of another request");
                 match std::mem::replace(state, SlotState::Done(completion.result)) {

@@ -30,14 +30,10 @@ use crate::{clock, workload, Outcome, SimOptions};
 
 /// Each OSD's simulated drive.
 const DISK_BYTES: u64 = 96 << 20;
-/// Small, so that write-back runs often and data reaches its blocks (where bit flips meet it).
-const JOURNAL_BYTES: u64 = 512 << 10;
 /// The pool's PGs: few, so that a run exercises every one.
 pub(crate) const PG_COUNT: u64 = 8;
 /// Each OSD's host (its failure domain) is its node's name after this.
 pub(crate) const HOST_PREFIX: &str = "host-";
-/// Small objects (4 blocks), so that the volumes' blocks spread over every PG.
-pub(crate) const OBJECT_BYTES: u32 = 16 * 1024;
 /// The mon's node on the simulated network.
 pub(crate) const MON_NODE: &str = "mon";
 /// How long a graceful stop may take (the OSD's own budget is 3 s, `OsdConfig::shutdown_timeout`).
@@ -260,11 +256,20 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         "{} osds, {pools} of {} copies with min_size {}, down-out interval {:?}",
         options.osds, options.replicas, options.min_size, options.down_out_interval
     ));
+    if options.drawn_workload {
+        run.record(format_args!(
+            "objects of {} KiB, journals of {} KiB, up to {} ops in flight per client, whole-object ops {}",
+            options.object_bytes >> 10,
+            options.journal_bytes >> 10,
+            options.pipeline_max,
+            if options.whole_object_ops { "on" } else { "off" }
+        ));
+    }
     let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory(EmbeddedOptions::default()));
     let record = ClusterRecord {
         version: FORMAT_VERSION,
         cluster_id: format!("sim-{seed:016x}"),
-        object_size_bytes: OBJECT_BYTES,
+        object_size_bytes: options.object_bytes,
     };
     store.put(cluster::keys::CLUSTER, encode(&record), None).await.expect("the cluster record");
     let recorder = tokio::task::spawn_local(record_commits(store.clone(), run.clone()));
@@ -277,7 +282,7 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     let mut osds = Vec::new();
     for index in 0..options.osds {
         let shared = Shared { network: &network, store: &store, faults: &store_faults, reporter: &reporter };
-        osds.push(start_osd(&shared, options.osd_lease, seed, index, &run));
+        osds.push(start_osd(&shared, &options, seed, index, &run));
     }
     let mut names: Vec<String> = osds.iter().map(|osd| osd.name.clone()).collect();
     names.extend(["client", "checker", STORE_NODE, MON_NODE].map(String::from));
@@ -353,7 +358,7 @@ struct Shared<'a> {
     reporter: &'a SimDownReporter,
 }
 
-fn start_osd(shared: &Shared<'_>, lease: Duration, seed: u64, index: usize, run: &Rc<Run>) -> OsdNode {
+fn start_osd(shared: &Shared<'_>, options: &SimOptions, seed: u64, index: usize, run: &Rc<Run>) -> OsdNode {
     let name = format!("osd{index}");
     let disk = SimDisk::new(SimDiskOptions {
         size_bytes: DISK_BYTES,
@@ -361,8 +366,8 @@ fn start_osd(shared: &Shared<'_>, lease: Duration, seed: u64, index: usize, run:
         ..SimDiskOptions::default()
     });
     let format = FormatOptions {
-        object_size_bytes: u64::from(OBJECT_BYTES),
-        journal_size_bytes: Some(JOURNAL_BYTES),
+        object_size_bytes: u64::from(options.object_bytes),
+        journal_size_bytes: Some(options.journal_bytes),
         nonce: derive(seed, 200 + index as u64),
     };
     let disk = Engine::format(disk, &format).expect("formatting a simulated disk");
@@ -384,7 +389,7 @@ fn start_osd(shared: &Shared<'_>, lease: Duration, seed: u64, index: usize, run:
         pause: PauseSwitch::default(),
         failing_disk: Rc::new(Cell::new(false)),
     };
-    let (process, stop) = spawn_osd(shared, lease, &node, Box::new(disk), run);
+    let (process, stop) = spawn_osd(shared, options.osd_lease, &node, Box::new(disk), run);
     OsdNode { process: Some(process), stop: Some(stop), ..node }
 }
 

@@ -83,7 +83,7 @@ pub(crate) async fn play(stage: &Stage<'_>) -> Result<(), String> {
     stage.run.record("the scrub found the rotted object unrepairable");
 
     // Written again whole, it reads well; the final checks take it from here.
-    let blocks_per_object = u64::from(crate::cluster::OBJECT_BYTES) / BLOCK_BYTES as u64;
+    let blocks_per_object = u64::from(stage.volumes[0].object_size_bytes()) / BLOCK_BYTES as u64;
     for block in 0..blocks_per_object {
         SimNet::on_node("client", workload::write(stage.volumes, (0, block), Op::Write, stage.run, "scenario")).await;
     }

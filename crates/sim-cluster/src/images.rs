@@ -10,7 +10,7 @@ use engine::{Engine, EngineOptions, ObjectId, Reply, Request};
 use mon::views::PgView;
 use platform::Disk;
 
-use crate::cluster::{Nodes, HOST_PREFIX, OBJECT_BYTES};
+use crate::cluster::{Nodes, HOST_PREFIX};
 use crate::history::BLOCK_BYTES;
 use crate::{workload, SimOptions};
 
@@ -48,7 +48,7 @@ pub(crate) fn compare(
             .map_err(|error| format!("osd.{osd}'s disk image does not open: {error}"))?;
         engines.insert(osd, engine);
     }
-    let stripes = options.blocks_per_volume * BLOCK_BYTES as u64 / u64::from(OBJECT_BYTES);
+    let stripes = options.blocks_per_volume * BLOCK_BYTES as u64 / u64::from(options.object_bytes);
     let (mut compared, mut skipped) = (0, 0);
     for volume in 0..options.volumes {
         let name = workload::volume_name(volume);
@@ -82,7 +82,8 @@ fn copy_of(engine: &mut Engine<Box<dyn Disk>>, object: ObjectId) -> Copy {
     if !engine.object_exists(object) {
         return Copy::Missing;
     }
-    engine.submit(0, Request::Read { object, offset_bytes: 0, length_bytes: OBJECT_BYTES });
+    let length_bytes = engine.object_size_bytes();
+    engine.submit(0, Request::Read { object, offset_bytes: 0, length_bytes });
     let mut completions = Vec::new();
     while completions.is_empty() {
         engine.poll(&mut completions);

@@ -100,6 +100,19 @@ pub struct SimOptions {
     /// Whether OSDs are marked out and in, and reweighted, and scrubs requested, while the
     /// clients run (`membership.rs`, `scrubs.rs`); on with a drawn geometry.
     pub membership_changes: bool,
+    /// Whether each seed also draws the object and journal sizes and the workload's shape
+    /// (`pipeline_max`, `whole_object_ops`) instead of taking them as given. Seeds found before
+    /// these were drawn replay with it off (`regressions.rs`).
+    pub drawn_workload: bool,
+    /// The OSDs' object size and journal size (at least 16 objects and 16 pages).
+    pub object_bytes: u32,
+    pub journal_bytes: u64,
+    /// The most ops a client has in flight at once: a batch of 1 to this many, on any blocks
+    /// (the same object's included), all sent before any is awaited, then a flush.
+    pub pipeline_max: usize,
+    /// Whether the clients also write, zero and trim whole objects (a whole-object write
+    /// replaces every member's copy; a whole-object trim or zeroing deletes the object).
+    pub whole_object_ops: bool,
 }
 
 impl SimOptions {
@@ -122,7 +135,19 @@ impl SimOptions {
         let down_out_interval = (osds > usize::from(replicas)).then(|| Duration::from_secs(rng.gen_range(2..=10)));
         // Drawn apart, so the draws above stay what they were.
         let pools = SmallRng::seed_from_u64(cluster::derive(seed, 6)).gen_range(1..=2);
-        SimOptions { osds, replicas, min_size, pools, down_out_interval, membership_changes: true, ..self.clone() }
+        let drawn =
+            SimOptions { osds, replicas, min_size, pools, down_out_interval, membership_changes: true, ..self.clone() };
+        if !self.drawn_workload {
+            return drawn;
+        }
+        // 2, 4 or 8 blocks an object (the volumes' 48 blocks are a whole number of objects);
+        // a journal of 16 objects and 16 pages (the engine's least) to 64 objects, where the
+        // smallest makes write-back run all the time.
+        let mut rng = SmallRng::seed_from_u64(cluster::derive(seed, 7));
+        let object_bytes = [8 << 10, 16 << 10, 32 << 10][rng.gen_range(0..3)];
+        let journal_bytes = u64::from(object_bytes) * [16, 32, 64][rng.gen_range(0..3)] + (16 << 12);
+        let pipeline_max = [1, 2, 4][rng.gen_range(0..3)];
+        SimOptions { object_bytes, journal_bytes, pipeline_max, whole_object_ops: true, ..drawn }
     }
 }
 
@@ -145,6 +170,11 @@ impl Default for SimOptions {
             drawn_geometry: false,
             down_out_interval: None,
             membership_changes: false,
+            drawn_workload: false,
+            object_bytes: 16 << 10,
+            journal_bytes: 512 << 10,
+            pipeline_max: 1,
+            whole_object_ops: false,
         }
     }
 }
@@ -213,8 +243,12 @@ fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
     if options.nbd {
         command.push_str(" BASALT_SIM_NBD=1");
     }
-    if options.drawn_geometry {
+    if options.drawn_workload {
+        command.push_str(" BASALT_SIM_GEOMETRY=wide");
+    } else if options.drawn_geometry {
         command.push_str(" BASALT_SIM_GEOMETRY=drawn");
+    } else if options.scenario.is_none() {
+        command.push_str(" BASALT_SIM_GEOMETRY=fixed");
     }
     command + " cargo test -p sim-cluster --test seeds"
 }

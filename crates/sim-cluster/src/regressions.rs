@@ -23,3 +23,11 @@ pub const DRAWN_REGRESSIONS: [(u64, &str); 6] = [
     (2450, "a primary whose drive failed two reads in a row, holding the only copy of the newest version, called it unrepairable and failed the client's read"),
     (52814, "a member listed while its slow drive still queued an object's first write forgot the object for good; peering took its list and a read returned zeros for an acknowledged write"),
 ];
+
+/// Seeds that once failed with the geometry and the workload drawn from the seed (object and
+/// journal sizes, pipelined clients, whole-object ops), kept with what they found.
+pub const WIDE_REGRESSIONS: [(u64, &str); 3] = [
+    (90, "a member listed after its PG served kept a copy of an object the PG had deleted meanwhile; once recorded clean, the old data would have come back"),
+    (187, "a whole-object write whose fresh block the primary's drive failed answered the client with the drive's error"),
+    (233, "a delete in a PG clean in memory but not yet recorded clean removed the object, and a member of the older recorded set offered its old copy as the newest"),
+];

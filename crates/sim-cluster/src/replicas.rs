@@ -18,7 +18,7 @@ use net::sim::SimNet;
 use tokio::time::Instant;
 use wire::{ObjectId, PgId, Request, Response, Status};
 
-use crate::cluster::{Run, OBJECT_BYTES};
+use crate::cluster::Run;
 use crate::history::BLOCK_BYTES;
 use crate::{workload, SimOptions};
 
@@ -58,7 +58,7 @@ pub(crate) async fn check(store: &Arc<dyn MetaStore>, options: &SimOptions, rott
 async fn compare(store: &Arc<dyn MetaStore>, options: &SimOptions, rotting: Option<&str>) -> Result<usize, String> {
     let map = cluster_watch::load(store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))?;
     let mut connections = BTreeMap::new();
-    let stripes = options.blocks_per_volume * BLOCK_BYTES as u64 / u64::from(OBJECT_BYTES);
+    let stripes = options.blocks_per_volume * BLOCK_BYTES as u64 / u64::from(options.object_bytes);
     let mut compared = 0;
     for volume in 0..options.volumes {
         let name = workload::volume_name(volume);

@@ -1,6 +1,8 @@
-//! The clients: each a node of the network making one op at a time on a random block of a
-//! random volume (writes, reads, trims, zeroing), every reply checked against the history; at
-//! the end, every block touched is read once more (nothing acknowledged may be lost).
+//! The clients: each a node of the network making ops on random blocks of random volumes
+//! (writes, reads, trims, zeroing; with `whole_object_ops`, also of whole objects), one at a
+//! time or, with `pipeline_max`, in batches all in flight at once followed by a flush; every
+//! reply checked against the history. At the end, every block touched is read once more
+//! (nothing acknowledged may be lost).
 
 use std::future::Future;
 use std::rc::Rc;
@@ -26,12 +28,29 @@ pub(crate) fn volume_name(index: usize) -> String {
     format!("vol{index}")
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     Write,
     Read,
     Trim,
     Zero,
+    /// The whole object holding the block: written (each block with its own write's
+    /// contents), trimmed or zeroed (which deletes the object).
+    WriteObject,
+    TrimObject,
+    ZeroObject,
+}
+
+impl Op {
+    /// Whether the op covers the whole object holding its block.
+    fn whole_object(self) -> bool {
+        matches!(self, Op::WriteObject | Op::TrimObject | Op::ZeroObject)
+    }
+
+    /// Whether it writes contents (the others write zeros).
+    fn writes_data(self) -> bool {
+        matches!(self, Op::Write | Op::WriteObject)
+    }
 }
 
 /// How long the clients may take, faults included, before the run counts as stuck: a kill
@@ -212,19 +231,32 @@ async fn one_client(seed: u64, index: usize, options: SimOptions, volumes: Vec<R
         }
     }
     let mut rng = SmallRng::seed_from_u64(seed);
-    for _ in 0..options.ops_per_client {
-        let address = (rng.gen_range(0..volumes.len()), rng.gen_range(0..options.blocks_per_volume));
-        let op = match rng.gen_range(0..100) {
-            0..=44 => Op::Write,
-            45..=89 => Op::Read,
-            90..=94 => Op::Trim,
-            _ => Op::Zero,
+    let mut done = 0;
+    while done < options.ops_per_client {
+        // Through the gateway, one op at a time (its client awaits each reply).
+        let batch = if options.pipeline_max > 1 && !options.nbd {
+            rng.gen_range(1..=options.pipeline_max).min(options.ops_per_client - done)
+        } else {
+            1
         };
-        match (op, options.nbd) {
-            (Op::Read, false) => read(&volumes, address, &run, &who).await,
-            (Op::Read, true) => read_nbd(&mut connections, address, &run, &who).await,
-            (_, false) => write(&volumes, address, op, &run, &who).await,
-            (_, true) => write_nbd(&mut connections, address, op, &run, &who).await,
+        let ops: Vec<(Address, Op)> = (0..batch).map(|_| draw_op(&mut rng, &options, volumes.len())).collect();
+        done += batch;
+        if options.nbd {
+            let (address, op) = ops[0];
+            match op {
+                Op::Read => read_nbd(&mut connections, address, &run, &who).await,
+                _ => write_nbd(&mut connections, address, op, &run, &who).await,
+            }
+        } else if batch == 1 {
+            perform(&volumes, ops[0], &run, &who).await;
+        } else {
+            // Every op of the batch is sent before any is awaited; the flush after them must
+            // succeed once they have all been acknowledged.
+            futures_util::future::join_all(ops.iter().map(|&op| perform(&volumes, op, &run, &who))).await;
+            let volume = &volumes[ops[0].0 .0];
+            if let Err(error) = volume.flush().await {
+                run.violation(format!("{who}'s flush of vol{} failed: {error}", ops[0].0 .0));
+            }
         }
         let pause = rng.gen_range(0..2_000);
         tokio::time::sleep(Duration::from_micros(pause)).await;
@@ -237,14 +269,59 @@ async fn one_client(seed: u64, index: usize, options: SimOptions, volumes: Vec<R
     }
 }
 
+/// A block and an op on it, drawn as the options allow. The draws without whole-object ops
+/// are what they always were, so that seeds found before keep their workload.
+fn draw_op(rng: &mut SmallRng, options: &SimOptions, volumes: usize) -> (Address, Op) {
+    let address = (rng.gen_range(0..volumes), rng.gen_range(0..options.blocks_per_volume));
+    let op = if options.whole_object_ops {
+        match rng.gen_range(0..100) {
+            0..=39 => Op::Write,
+            40..=84 => Op::Read,
+            85..=89 => Op::Trim,
+            90..=94 => Op::Zero,
+            95..=97 => Op::WriteObject,
+            98 => Op::TrimObject,
+            _ => Op::ZeroObject,
+        }
+    } else {
+        match rng.gen_range(0..100) {
+            0..=44 => Op::Write,
+            45..=89 => Op::Read,
+            90..=94 => Op::Trim,
+            _ => Op::Zero,
+        }
+    };
+    (address, op)
+}
+
+/// One op through the client library.
+async fn perform(volumes: &[Rc<Volume>], (address, op): (Address, Op), run: &Run, who: &str) {
+    match op {
+        Op::Read => read(volumes, address, run, who).await,
+        _ => write(volumes, address, op, run, who).await,
+    }
+}
+
+/// The blocks `op` at `address` writes: the block, or every block of its object.
+fn blocks_of(volume: &Volume, address: Address, op: Op) -> Vec<Address> {
+    if !op.whole_object() {
+        return vec![address];
+    }
+    let per_object = u64::from(volume.object_size_bytes()) / BLOCK_BYTES as u64;
+    let first = address.1 / per_object * per_object;
+    (first..first + per_object).map(|block| (address.0, block)).collect()
+}
+
 pub(crate) async fn write(volumes: &[Rc<Volume>], address: Address, op: Op, run: &Run, who: &str) {
     let volume = &volumes[address.0];
-    let offset = address.1 * BLOCK_BYTES as u64;
-    checked_write(address, op, run, who, |data| async move {
+    let blocks = blocks_of(volume, address, op);
+    let offset = blocks[0].1 * BLOCK_BYTES as u64;
+    let length = (blocks.len() * BLOCK_BYTES) as u64;
+    checked_write(&blocks, op, run, who, |data| async move {
         let result = match (op, data) {
-            (Op::Write, Some(data)) => volume.write(offset, data).await,
-            (Op::Trim, _) => volume.trim(offset, BLOCK_BYTES as u64).await,
-            (Op::Zero, _) => volume.write_zeroes(offset, BLOCK_BYTES as u64).await,
+            (Op::Write | Op::WriteObject, Some(data)) => volume.write(offset, data).await,
+            (Op::Trim | Op::TrimObject, _) => volume.trim(offset, length).await,
+            (Op::Zero | Op::ZeroObject, _) => volume.write_zeroes(offset, length).await,
             other => unreachable!("not a write: {other:?}"),
         };
         result.map_err(|error| error.to_string())
@@ -265,7 +342,7 @@ pub(crate) async fn read(volumes: &[Rc<Volume>], address: Address, run: &Run, wh
 async fn write_nbd(connections: &mut [NbdClient], address: Address, op: Op, run: &Run, who: &str) {
     let connection = &mut connections[address.0];
     let offset = address.1 * BLOCK_BYTES as u64;
-    checked_write(address, op, run, who, |data| async move {
+    checked_write(&[address], op, run, who, |data| async move {
         match (op, data) {
             (Op::Write, Some(data)) => connection.write(offset, &data).await,
             (Op::Trim, _) => connection.trim(offset, BLOCK_BYTES as u32).await,
@@ -283,23 +360,45 @@ async fn read_nbd(connections: &mut [NbdClient], address: Address, run: &Run, wh
     checked_read(address, run, who, || async move { connection.read(offset, BLOCK_BYTES as u32).await }).await;
 }
 
-/// Makes a write (`perform` gets a `Write`'s unique contents) and records it in the history:
-/// started, then acknowledged or failed.
-async fn checked_write<F>(address: Address, op: Op, run: &Run, who: &str, perform: impl FnOnce(Option<Bytes>) -> F)
+/// Makes a write of consecutive `blocks` (`perform` gets the unique contents of a write with
+/// data, each block's its own) and records it in the history, one write per block: started,
+/// then acknowledged or failed.
+async fn checked_write<F>(blocks: &[Address], op: Op, run: &Run, who: &str, perform: impl FnOnce(Option<Bytes>) -> F)
 where
     F: Future<Output = Result<(), String>>,
 {
-    let id = run.history.borrow_mut().write_started(address, !matches!(op, Op::Write));
-    run.record(format_args!("{who} {op:?} vol{} block {} as write {id}", address.0, address.1));
-    let data = matches!(op, Op::Write).then(|| Bytes::from(contents(address, id)));
+    let ids: Vec<u64> =
+        blocks.iter().map(|&address| run.history.borrow_mut().write_started(address, !op.writes_data())).collect();
+    let (first, id) = (blocks[0], ids[0]);
+    match blocks.len() {
+        1 => run.record(format_args!("{who} {op:?} vol{} block {} as write {id}", first.0, first.1)),
+        count => run.record(format_args!(
+            "{who} {op:?} vol{} blocks {} to {} as writes {id} to {}",
+            first.0,
+            first.1,
+            first.1 + count as u64 - 1,
+            ids[count - 1]
+        )),
+    }
+    let data = op.writes_data().then(|| {
+        let mut data = Vec::with_capacity(blocks.len() * BLOCK_BYTES);
+        for (&address, &id) in blocks.iter().zip(&ids) {
+            data.extend_from_slice(&contents(address, id));
+        }
+        Bytes::from(data)
+    });
     match perform(data).await {
         Ok(()) => {
-            run.history.borrow_mut().write_acknowledged(address, id);
+            for (&address, &id) in blocks.iter().zip(&ids) {
+                run.history.borrow_mut().write_acknowledged(address, id);
+            }
             run.record(format_args!("{who} write {id} acknowledged"));
         }
         // With no faults, nothing may fail.
         Err(error) => {
-            run.history.borrow_mut().write_failed();
+            for _ in &ids {
+                run.history.borrow_mut().write_failed();
+            }
             run.violation(format!("{who} write {id} failed: {error}"));
         }
     }

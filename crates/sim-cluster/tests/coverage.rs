@@ -1,6 +1,7 @@
 //! Every coverage mark (`stdx::coverage::mark`) at the rare branches of peering, recovery,
-//! backfill, scrub and stray removal is reached by the simulator within [`SEEDS`] seeds with a
-//! drawn geometry, [`FIXED_SEEDS`] with the fixed one, the seeds that once failed
+//! backfill, scrub and stray removal is reached by the simulator within [`SEEDS`] seeds drawing
+//! their geometry and workload, [`DRAWN_SEEDS`] drawing only the geometry (one op at a time on
+//! 16 KiB objects, where other races happen), [`FIXED_SEEDS`] with the fixed one, the seeds that once failed
 //! (`sim_cluster::regressions`) and one run of each scripted scenario:
 //! a branch the simulator never takes is a branch no seed can find a bug in. The runs are
 //! deterministic, so a mark lost is lost to a change of the code, never to chance. The marks are found by reading the sources, so a new mark is
@@ -9,11 +10,13 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use sim_cluster::regressions::{DRAWN_REGRESSIONS, REGRESSIONS};
+use sim_cluster::regressions::{DRAWN_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS};
 use sim_cluster::{run, Scenario, SimOptions};
 
-/// Seeds with a drawn geometry within which every mark must be hit.
+/// Seeds drawing geometry and workload within which every mark must be hit.
 const SEEDS: u64 = 300;
+/// Seeds drawing only the geometry.
+const DRAWN_SEEDS: u64 = 150;
 /// Seeds with the fixed geometry (3 OSDs, 3 copies, `min_size` 2: bits flipped more often).
 const FIXED_SEEDS: u64 = 100;
 
@@ -56,9 +59,14 @@ fn every_coverage_mark_is_hit() {
     let marks = marks_in_sources();
     assert!(marks.len() >= 20, "found only {} marks in the sources: is the search broken?", marks.len());
     let drawn = SimOptions { drawn_geometry: true, ..SimOptions::default() };
+    let wide = SimOptions { drawn_workload: true, ..drawn.clone() };
     for seed in 1..=seeds {
-        let outcome = run(seed, &drawn);
+        let outcome = run(seed, &wide);
         assert!(outcome.passed(), "seed {seed}: {:?}", outcome.violations);
+    }
+    for seed in 1..=DRAWN_SEEDS {
+        let outcome = run(seed, &drawn);
+        assert!(outcome.passed(), "drawn seed {seed}: {:?}", outcome.violations);
     }
     for seed in 1..=FIXED_SEEDS {
         let outcome = run(seed, &SimOptions::default());
@@ -72,6 +80,10 @@ fn every_coverage_mark_is_hit() {
         let outcome = run(seed, &drawn);
         assert!(outcome.passed(), "drawn regression seed {seed}: {:?}", outcome.violations);
     }
+    for &(seed, _) in &WIDE_REGRESSIONS {
+        let outcome = run(seed, &wide);
+        assert!(outcome.passed(), "wide regression seed {seed}: {:?}", outcome.violations);
+    }
     for scenario in Scenario::ALL {
         let outcome = run(1, &scenario.options());
         assert!(outcome.passed(), "{scenario:?}: {:?}", outcome.violations);
@@ -83,6 +95,6 @@ fn every_coverage_mark_is_hit() {
     let missed: Vec<&String> = marks.iter().filter(|mark| !hits.contains_key(mark.as_str())).collect();
     assert!(
         missed.is_empty(),
-        "marks never hit in {seeds} drawn seeds, {FIXED_SEEDS} fixed ones, the regression seeds and the scenarios: {missed:#?}"
+        "marks never hit in {seeds} seeds drawing everything, {DRAWN_SEEDS} drawing the geometry, {FIXED_SEEDS} fixed ones, the regression seeds and the scenarios: {missed:#?}"
     );
 }

@@ -9,15 +9,17 @@
 //! (`sim_cluster::Scenario::ALL`), and `BASALT_SIM_PLANT=NAME` plants a known bug
 //! (`osd::planted::PlantedBug::ALL`), to replay what `scenarios.rs` or `mutations.rs` found.
 //! `BASALT_SIM_NBD=1` sends the clients through the NBD gateway (`gateway.rs` runs those seeds).
-//! Each seed draws its geometry (3 to 6 OSDs, 2 or 3 copies, `min_size` below them) unless
-//! `BASALT_SIM_GEOMETRY=fixed` keeps the default (3 OSDs, 3 copies, `min_size` 2).
+//! Each seed draws its geometry (3 to 6 OSDs, 2 or 3 copies, `min_size` below them) and its
+//! workload (object and journal sizes, pipelined clients, whole-object ops) unless
+//! `BASALT_SIM_GEOMETRY=drawn` draws only the geometry (how the seeds of `DRAWN_REGRESSIONS`
+//! were found) or `fixed` keeps the default (3 OSDs, 3 copies, `min_size` 2, one op at a time).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use osd::planted::PlantedBug;
-use sim_cluster::regressions::{DRAWN_REGRESSIONS, REGRESSIONS};
+use sim_cluster::regressions::{DRAWN_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS};
 use sim_cluster::{live_replay_command, run, run_twice, Scenario, SimOptions};
 
 /// How long one seed may take in wall time before the run is taken for a livelock: a task that
@@ -86,13 +88,16 @@ fn options_from_env() -> SimOptions {
         Ok("1") => true,
         Ok(other) => panic!("BASALT_SIM_NBD={other}: 1 (clients through the NBD gateway) or 0"),
     };
-    let drawn_geometry = match std::env::var("BASALT_SIM_GEOMETRY").as_deref() {
-        Err(_) | Ok("drawn") => scenario.is_none(),
-        Ok("fixed") => false,
-        Ok(other) => panic!("BASALT_SIM_GEOMETRY={other}: drawn (OSDs, copies and min_size from each seed) or fixed"),
+    let (drawn_geometry, drawn_workload) = match std::env::var("BASALT_SIM_GEOMETRY").as_deref() {
+        Err(_) | Ok("wide") => (scenario.is_none(), scenario.is_none()),
+        Ok("drawn") => (scenario.is_none(), false),
+        Ok("fixed") => (false, false),
+        Ok(other) => panic!(
+            "BASALT_SIM_GEOMETRY={other}: wide (geometry and workload from each seed), drawn (the geometry only) or fixed"
+        ),
     };
     let options = scenario.map_or_else(SimOptions::default, Scenario::options);
-    SimOptions { planted, nbd, drawn_geometry, ..options }
+    SimOptions { planted, nbd, drawn_geometry, drawn_workload, ..options }
 }
 
 #[test]
@@ -139,9 +144,14 @@ fn seeds_pass_and_replay_alike() {
 fn seeds_that_once_failed_pass() {
     let fixed = SimOptions::default();
     let drawn = SimOptions { drawn_geometry: true, ..SimOptions::default() };
+    let wide = SimOptions { drawn_workload: true, ..drawn.clone() };
     let watchdog = Watchdog::start(&fixed);
-    let regressions = REGRESSIONS.iter().map(|regression| (regression, &fixed));
-    for ((seed, found), options) in regressions.chain(DRAWN_REGRESSIONS.iter().map(|regression| (regression, &drawn))) {
+    let regressions = REGRESSIONS
+        .iter()
+        .map(|regression| (regression, &fixed))
+        .chain(DRAWN_REGRESSIONS.iter().map(|regression| (regression, &drawn)))
+        .chain(WIDE_REGRESSIONS.iter().map(|regression| (regression, &wide)));
+    for ((seed, found), options) in regressions {
         watchdog.watch(*seed);
         if let Err(failure) = run_twice(*seed, options) {
             panic!("regression seed {seed} ({found}):\n{failure}");

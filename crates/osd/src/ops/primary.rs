@@ -179,9 +179,10 @@ impl Osd {
         }
         self.ensure_recorded(state).await?;
         // Peering tells a deleted object from one never received only by its version, so a PG
-        // that is not clean keeps the object and zeros it.
+        // that is not clean, or whose history still names other members, keeps the object and
+        // zeros it.
         let mutation = match mutation {
-            Mutation::Delete if state.with_active(|active| active.clean()) != Some(true) => {
+            Mutation::Delete if state.with_active(|active| active.deletes_remove()) != Some(true) => {
                 Mutation::zeros(0, self.object_size_bytes)
             }
             other => other,

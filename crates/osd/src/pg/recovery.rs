@@ -440,11 +440,33 @@ impl Osd {
         let map = self.map.borrow().clone();
         let address = map.address(member).ok_or_else(|| format!("osd.{member} is down"))?.to_string();
         let pg_count = map.pools.get(&pg.pool).ok_or("the pool is gone")?.pg_count;
-        let theirs = self.list_member(member, &address, pg, pg_count, state.epoch).await?;
+        let mut theirs: BTreeMap<ObjectId, u64> =
+            self.list_member(member, &address, pg, pg_count, state.epoch).await?.into_iter().collect();
+        // Every acknowledged version reached this OSD before the PG served, and writes since go
+        // to no unlisted member: a copy it holds that this OSD lacks (the PG deleted the object
+        // while it was away) or holds older is no acknowledged write. Left there, it would come
+        // back as the PG's newest once the member is recorded clean with the others; it is
+        // deleted first, one above its version, and the object's next write goes above that.
+        let ours: BTreeMap<ObjectId, u64> = self.list_local(pg, pg_count).into_iter().collect();
+        let beyond: Vec<(ObjectId, u64)> = theirs
+            .iter()
+            .filter(|(object, held)| ours.get(object).is_none_or(|version| version < held))
+            .map(|(&object, &held)| (object, held))
+            .collect();
+        if !beyond.is_empty() {
+            stdx::coverage::mark("recovery: copies a member listed late holds beyond the primary's discarded");
+            tracing::info!(osd = self.id, pg = %pg, member, objects = beyond.len(), "discarding copies no write acknowledged");
+        }
+        for (object, held) in beyond {
+            self.still_current(state)?;
+            state.with_active(|active| active.raise_floor(object, held + 1));
+            self.discard(pg, state.epoch, member, &map, object, held).await?;
+            theirs.remove(&object);
+        }
+        self.still_current(state)?;
         // Writes go to no unlisted member, so what it lacks now it lacks from here on;
         // what it holds older than this OSD holds it must receive.
         let ours = self.list_local(pg, pg_count);
-        let theirs: BTreeMap<ObjectId, u64> = theirs.into_iter().collect();
         let stale_too = !crate::planted::is_planted(crate::planted::PlantedBug::CatchUpSkipsStaleCopies);
         let needs: BTreeMap<ObjectId, Option<u64>> = ours
             .into_iter()

@@ -76,6 +76,17 @@ impl Active {
             && self.missing.values().all(BTreeMap::is_empty)
     }
 
+    /// Whether a delete may remove the object rather than zero it: the PG is clean and its
+    /// recorded history names only the acting members, so that every member peering could
+    /// take a copy from gets the delete. A member of an older recorded set (one marked out and
+    /// back, before the clean record was written) would otherwise offer its old copy as the
+    /// newest, and the deleted data would come back.
+    pub(crate) fn deletes_remove(&self) -> bool {
+        self.clean()
+            && self.history.intervals.is_empty()
+            && self.history.clean.as_ref().is_some_and(|clean| same_members(&clean.members, &self.acting))
+    }
+
     /// Whether the history already finds every write this epoch acknowledges: this epoch's set
     /// is recorded, the PG is clean (every target member gets every write), or some set peering
     /// must already reach is made of complete members (every write reaches each of them, so the
@@ -388,6 +399,22 @@ mod tests {
         let partial = active(&[1, 2], &[1, 2, 3], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
         assert!(!partial.recorded(2));
         assert!(same_members(&[1, 2, 3], &[3, 1, 2]) && !same_members(&[1, 2], &[1, 3]));
+    }
+
+    #[test]
+    fn a_delete_removes_only_once_the_history_names_only_the_acting_members() {
+        // osd 1 was marked out at epoch 2 and holds old copies; the PG is clean on {3, 2}, but
+        // its record still names osd 1's set until the clean record is written.
+        let unrecorded = active(
+            &[3, 2],
+            &[3, 2],
+            History { clean: Some(interval(1, &[1, 3, 2])), intervals: vec![interval(2, &[3, 2])] },
+        );
+        assert!(unrecorded.clean() && !unrecorded.deletes_remove());
+        let recorded = active(&[3, 2], &[3, 2], History { clean: Some(interval(2, &[2, 3])), intervals: vec![] });
+        assert!(recorded.deletes_remove());
+        assert!(!active(&[3, 2], &[3, 2], History::default()).deletes_remove(), "a PG never recorded");
+        assert!(!active(&[3], &[3, 2], History { clean: Some(interval(2, &[3])), intervals: vec![] }).deletes_remove());
     }
 
     #[test]
