@@ -21,6 +21,7 @@ use sim::{SimDisk, SimDiskOptions, TimedDisk, TimedDiskControl, TimedDiskOptions
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::commits::Commits;
 use crate::down_reports::SimDownReporter;
 use crate::history::History;
 use crate::node_store::{NodeStore, StoreFaults, STORE_NODE};
@@ -503,9 +504,15 @@ async fn prepare(store: &Arc<dyn MetaStore>, options: &SimOptions) -> Result<(),
 /// Records every commit of the store in the trace: what the mon and the OSDs decided, in order.
 async fn record_commits(store: Arc<dyn MetaStore>, run: Rc<Run>) {
     let Ok(mut watch) = store.watch("/", Some(1)).await else { return };
+    let mut commits = Commits::default();
     while let Some(Ok(event)) = watch.next().await {
         if event.kind == meta::WatchEventKind::Put && event.kv.key.starts_with(cluster::keys::PG_HISTORY_PREFIX) {
             run.history_writes.set(run.history_writes.get() + 1);
+        }
+        if event.kind == meta::WatchEventKind::Put {
+            if let Err(violation) = commits.put(&event.kv.key, &event.kv.value) {
+                run.violation(format!("store r{}: {violation}", event.revision));
+            }
         }
         let value = fnv1a(0, &event.kv.value);
         run.record(format_args!("store r{} {:?} {} {value:016x}", event.revision, event.kind, event.kv.key));

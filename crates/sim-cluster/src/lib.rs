@@ -27,6 +27,7 @@
 //!   `images.rs`: and identical in the disk images, opened with the engine, not asked of the OSDs.
 //! - `pause.rs`: a node paused as SIGSTOP pauses a process.
 //! - `history.rs`: what each block may read as, and the violations.
+//! - `commits.rs`: the invariants of the metadata store's commits (epochs, PG histories).
 //! - `trace.rs`: the trace and its hash.
 //! - `down_reports.rs`: clients' and OSDs' reports of an OSD gone, to the mon's handler.
 //! - `clock.rs`: the simulated time of day.
@@ -37,6 +38,7 @@ compile_error!("the simulation seeds tokio's RNG, which needs `--cfg tokio_unsta
 
 mod clock;
 mod cluster;
+mod commits;
 mod down_reports;
 mod every_copy_rots;
 mod faults;

@@ -26,8 +26,9 @@ pub const DRAWN_REGRESSIONS: [(u64, &str); 6] = [
 
 /// Seeds that once failed with the geometry and the workload drawn from the seed (object and
 /// journal sizes, pipelined clients, whole-object ops), kept with what they found.
-pub const WIDE_REGRESSIONS: [(u64, &str); 3] = [
+pub const WIDE_REGRESSIONS: [(u64, &str); 4] = [
     (90, "a member listed after its PG served kept a copy of an object the PG had deleted meanwhile; once recorded clean, the old data would have come back"),
     (187, "a whole-object write whose fresh block the primary's drive failed answered the client with the drive's error"),
     (233, "a delete in a PG clean in memory but not yet recorded clean removed the object, and a member of the older recorded set offered its old copy as the newest"),
+    (1316, "a retried delete of an object the primary no longer knew (its first try reached all but a paused member, and write-back forgot the tombstone) was acknowledged as done; the paused member's copy came back when it returned"),
 ];

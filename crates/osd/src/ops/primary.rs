@@ -171,8 +171,16 @@ impl Osd {
         }
         let known = self.engine.with(|engine| engine.object_version(object));
         if matches!(mutation, Mutation::Delete) && known.is_none() {
-            // Never written here, so nowhere in the PG (the primary holds every object).
-            return Ok(());
+            // Not here, so on no complete member (the primary holds every object). When every
+            // member of every recorded set is one of them, the object is nowhere peering could
+            // find it. Otherwise a recorded member away from the acting set may still hold a
+            // copy (a delete that was not acknowledged reached the others, and write-back has
+            // forgotten its version here since): the delete goes on as zeros at a new version,
+            // newer than that copy, or the copy would come back when that member returns.
+            if state.with_active(|active| active.recorded_members_complete()) != Some(false) {
+                return Ok(());
+            }
+            stdx::coverage::mark("primary: a delete of an object not held here zeros it for an absent member");
         }
         if known.is_none() {
             self.refuse_new_object(object, &members[1..])?;

@@ -286,13 +286,13 @@ impl Osd {
     /// the acting set into it if not.
     pub(crate) async fn ensure_recorded(self: &Rc<Self>, state: &Rc<Pg>) -> Result<(), OpError> {
         let pg = state.id;
-        if state.with_active(|active| active.recorded(state.epoch)) != Some(false) {
+        if state.with_active(|active| active.recorded()) != Some(false) {
             return Ok(());
         }
         let _recording = state.recording.lock().await;
-        let Some((recorded, history, revision)) = state.with_active(|active| {
-            (active.recorded(state.epoch), active.with_interval(state.epoch), active.history_revision)
-        }) else {
+        let Some((recorded, history, revision)) =
+            state.with_active(|active| (active.recorded(), active.with_interval(state.epoch), active.history_revision))
+        else {
             return Err(OpError::PgPeering { pg, epoch: state.epoch });
         };
         if recorded {

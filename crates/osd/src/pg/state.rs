@@ -87,14 +87,19 @@ impl Active {
             && self.history.clean.as_ref().is_some_and(|clean| same_members(&clean.members, &self.acting))
     }
 
-    /// Whether the history already finds every write this epoch acknowledges: this epoch's set
-    /// is recorded, the PG is clean (every target member gets every write), or some set peering
-    /// must already reach is made of complete members (every write reaches each of them, so the
-    /// member of that set peering reaches holds it). Only otherwise does a write cost a record.
-    pub(crate) fn recorded(&self, epoch: u64) -> bool {
-        self.clean()
-            || self.history.intervals.iter().any(|interval| interval.epoch == epoch)
-            || self.history.required().any(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
+    /// Whether every member of every set the history records is a complete acting member.
+    pub(crate) fn recorded_members_complete(&self) -> bool {
+        self.history.required().all(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
+    }
+
+    /// Whether the history already finds every write this epoch acknowledges: the PG is clean
+    /// (every target member gets every write), or some set peering must already reach is made
+    /// of complete members (every write reaches each of them, so the member of that set peering
+    /// reaches holds it). Only otherwise does a write cost a record. An interval recorded
+    /// earlier in this epoch is not enough by itself: after peering again at the same epoch
+    /// (a member restarted) one of its members may be catching up, and writes skip it.
+    pub(crate) fn recorded(&self) -> bool {
+        self.clean() || self.history.required().any(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
     }
 
     /// The history with this epoch's complete members appended: the members every write of
@@ -370,34 +375,34 @@ mod tests {
     #[test]
     fn a_write_needs_a_record_only_when_no_required_set_is_acting() {
         // Clean: every target member takes every write.
-        assert!(active(&[1, 2, 3], &[3, 2, 1], History::default()).recorded(1));
+        assert!(active(&[1, 2, 3], &[3, 2, 1], History::default()).recorded());
         // Degraded, nothing recorded: the first write records the set.
         let degraded = active(&[1, 2], &[1, 2, 3], History::default());
-        assert!(!degraded.recorded(2));
+        assert!(!degraded.recorded());
         let recorded = active(&[1, 2], &[1, 2, 3], degraded.with_interval(2));
-        assert!(recorded.recorded(2));
+        assert!(recorded.recorded());
         // osd 3 back and catching up at epoch 3: {1, 2} must be reached anyway and takes every
         // write of epoch 3, so nothing more is written.
         let mut back = active(&[1, 2, 3], &[1, 2, 3], History { clean: None, intervals: vec![interval(2, &[1, 2])] });
         back.missing.insert(3, BTreeMap::from([(ObjectId { inode: 1, stripe: 0 }, Some(7))]));
         assert!(!back.clean());
-        assert!(back.recorded(3));
+        assert!(back.recorded());
         // Down to osd 2 alone after {1, 2}: a later peering may reach only osd 1 for {1, 2},
         // which lacks this epoch's writes, so the first write records {2}.
         let alone = active(&[2], &[1, 2, 3], History { clean: None, intervals: vec![interval(2, &[1, 2])] });
-        assert!(!alone.recorded(4));
+        assert!(!alone.recorded());
         // Backfill: osd 4 joined the target, osd 3 left it but still serves; complete once osd 4
         // holds everything, and then its record names all four.
         let mut backfill =
             active(&[1, 2, 3, 4], &[1, 2, 4], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
-        assert!(backfill.recorded(2), "the clean set is acting");
+        assert!(backfill.recorded(), "the clean set is acting");
         backfill.missing.insert(4, BTreeMap::from([(ObjectId { inode: 1, stripe: 0 }, Some(7))]));
         assert!(!backfill.clean());
         backfill.missing.clear();
         assert!(backfill.clean());
         // A clean set that is not all acting does not cover the epoch.
         let partial = active(&[1, 2], &[1, 2, 3], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
-        assert!(!partial.recorded(2));
+        assert!(!partial.recorded());
         assert!(same_members(&[1, 2, 3], &[3, 1, 2]) && !same_members(&[1, 2], &[1, 3]));
     }
 
@@ -415,6 +420,9 @@ mod tests {
         assert!(recorded.deletes_remove());
         assert!(!active(&[3, 2], &[3, 2], History::default()).deletes_remove(), "a PG never recorded");
         assert!(!active(&[3], &[3, 2], History { clean: Some(interval(2, &[3])), intervals: vec![] }).deletes_remove());
+        // A delete of an object the primary lacks is nothing only if no recorded member is away.
+        assert!(!unrecorded.recorded_members_complete());
+        assert!(recorded.recorded_members_complete());
     }
 
     #[test]
@@ -426,16 +434,29 @@ mod tests {
             active(&[1, 2, 3], &[1, 2, 3], History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![] });
         back.missing.insert(3, BTreeMap::from([(object, None)]));
         assert!(back.is_complete(1) && back.is_complete(2) && !back.is_complete(3) && !back.is_complete(4));
-        assert!(!back.recorded(3), "the clean set includes a member that misses writes");
+        assert!(!back.recorded(), "the clean set includes a member that misses writes");
         assert_eq!(back.with_interval(3).intervals, vec![interval(3, &[1, 2])]);
         assert_eq!(back.priority(2), Priority::AtMinSize);
         // Once it holds everything it counts again.
         back.missing.get_mut(&3).unwrap().clear();
-        assert!(back.is_complete(3) && back.recorded(3));
+        assert!(back.is_complete(3) && back.recorded());
         assert_eq!(back.with_interval(3).intervals, vec![interval(3, &[1, 2, 3])]);
         assert_eq!(back.priority(2), Priority::Misplaced);
         // An unlisted member is not complete either.
         back.unlisted.insert(3);
         assert!(!back.is_complete(3));
+    }
+
+    #[test]
+    fn an_interval_of_this_epoch_whose_member_fell_behind_is_recorded_again() {
+        // Epoch 3 recorded {1, 3}; osd 3 restarted, the PG peered again at epoch 3 and osd 3
+        // now lacks an object: writes of it skip osd 3, so {1, 3} no longer finds them.
+        let object = ObjectId { inode: 1, stripe: 0 };
+        let history = History { clean: Some(interval(1, &[1, 2, 3])), intervals: vec![interval(3, &[1, 3])] };
+        let mut again = active(&[1, 3], &[1, 2, 3], history);
+        assert!(again.recorded());
+        again.missing.insert(3, BTreeMap::from([(object, Some(7))]));
+        assert!(!again.recorded());
+        assert_eq!(again.with_interval(3).intervals, vec![interval(3, &[1, 3]), interval(3, &[1])]);
     }
 }
