@@ -259,7 +259,12 @@ pub async fn serve(
         Err(source) => return Err(OsdError::OpenEngine { path, source }),
     };
     let geometry = superblock.geometry;
-    registration::check_cluster(store.as_ref(), &path, geometry.object_size_bytes).await?;
+    let mut stop = std::pin::pin!(stop);
+    tokio::select! {
+        biased;
+        _ = &mut stop => return Ok(()),
+        checked = registration::check_cluster(store.as_ref(), &path, geometry.object_size_bytes) => checked?,
+    }
     let identity = Identity {
         host: config.host.clone().unwrap_or_else(registration::hostname),
         rack: config.rack.clone().unwrap_or_else(|| "default".into()),
@@ -335,7 +340,7 @@ pub async fn serve(
     // A drive that fails a write stops the OSD at once (fail-stop, ADR 0021): its lease is
     // revoked so that its PGs move on without waiting for it to run out.
     let how = tokio::select! {
-        how = stop => how,
+        how = &mut stop => how,
         reason = engine.failed() => {
             tracing::error!(osd = id, %reason, "the drive failed; stopping");
             following.abort();

@@ -15,10 +15,11 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::time::Duration;
 
 use cluster::records::{decode, encode, FORMAT_VERSION};
 use cluster::{keys, ClusterRecord, Counter, OsdRecord};
-use meta::{Compare, CompareOp, KeyValue, MetaStore, Txn, TxnOp};
+use meta::{Compare, CompareOp, KeyValue, MetaError, MetaStore, Txn, TxnOp};
 
 use crate::error::OsdError;
 
@@ -34,10 +35,26 @@ pub(crate) struct Identity {
 /// Transactions retried before giving up on a store that keeps changing under us.
 const TXN_ATTEMPTS_MAX: usize = 100;
 
+/// How long a start waits between tries of a metadata store it cannot reach, at most.
+const STORE_WAIT_MAX: Duration = Duration::from_secs(5);
+
 /// Refuses an engine whose object size differs from the cluster's. A cluster without its
-/// record yet (no mon has run) is accepted with a warning.
+/// record yet (no mon has run) is accepted with a warning. The first call an OSD makes to the
+/// metadata store: while the store cannot be reached (an OSD started during a network cut), it
+/// waits and tries again, as it would for its lease later, rather than exit for its
+/// supervisor to start it again and again.
 pub(crate) async fn check_cluster(store: &dyn MetaStore, path: &Path, engine_bytes: u32) -> Result<(), OsdError> {
-    let kv = store.get(keys::CLUSTER).await.map_err(OsdError::meta(format!("reading {}", keys::CLUSTER)))?;
+    let mut pause = Duration::from_millis(100);
+    let kv = loop {
+        match store.get(keys::CLUSTER).await {
+            Err(source @ MetaError::Unavailable { .. }) => {
+                tracing::warn!(error = %source, retry_in_ms = pause.as_millis() as u64, "the metadata store cannot be reached; waiting for it");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(STORE_WAIT_MAX);
+            }
+            other => break other.map_err(OsdError::meta(format!("reading {}", keys::CLUSTER)))?,
+        }
+    };
     let Some(kv) = kv else {
         tracing::warn!(key = keys::CLUSTER, "the cluster record does not exist yet; the object size is not checked");
         return Ok(());

@@ -1,5 +1,7 @@
 //! Faults drawn from the seed while the clients run, one at a time, each undone before the next
-//! (the pool, 3 copies and `min_size` 2, keeps serving through any one):
+//! (the pool keeps serving through any one), and with `overlapping_faults` a second stream of
+//! faults on top ([`overlap`]: kills, pauses, slow disks, resets and late watch events, which
+//! may hit a second OSD while the first is down, or the same one twice):
 //! - an OSD killed as a power loss would (its tasks and connections gone at once, its disk's
 //!   unflushed writes lost or torn) and restarted on the same disk a while later;
 //! - an OSD paused as SIGSTOP pauses it (often past its lease), then resumed;
@@ -69,10 +71,10 @@ enum Kind {
     ClockSkew,
 }
 
-fn draw(rng: &mut SmallRng) -> Kind {
-    let total: u32 = KINDS.iter().map(|(_, weight)| weight).sum();
+fn draw(rng: &mut SmallRng, kinds: &[(Kind, u32)]) -> Kind {
+    let total: u32 = kinds.iter().map(|(_, weight)| weight).sum();
     let mut pick = rng.gen_range(0..total);
-    for (kind, weight) in KINDS {
+    for &(kind, weight) in kinds {
         if pick < weight {
             return kind;
         }
@@ -81,19 +83,33 @@ fn draw(rng: &mut SmallRng) -> Kind {
     unreachable!("the weights sum to {total}")
 }
 
+/// The faults [`overlap`] draws from: those undone on their own node alone, which cannot
+/// end the other stream's fault early or damage data.
+const OVERLAPPING: [(Kind, u32); 5] =
+    [(Kind::Kill, 400), (Kind::Pause, 250), (Kind::SlowDisk, 150), (Kind::Reset, 100), (Kind::WatchLag, 100)];
+
 /// Draws faults and applies them, one at a time, until dropped. With a `min_size` of 1 a write
 /// may be acknowledged with one copy, so bits flipped in that copy are data lost, not a fault
 /// the pool survives: none are flipped then.
 pub(crate) async fn inject(seed: u64, nodes: Rc<Nodes>, min_size: u8) {
+    apply(seed, &nodes, min_size, &KINDS, 10..400).await
+}
+
+/// A second stream of faults, less often, over those of [`inject`].
+pub(crate) async fn overlap(seed: u64, nodes: Rc<Nodes>, min_size: u8) {
+    apply(seed, &nodes, min_size, &OVERLAPPING, 1_000..4_000).await
+}
+
+async fn apply(seed: u64, nodes: &Nodes, min_size: u8, kinds: &[(Kind, u32)], gap_ms: std::ops::Range<u64>) {
     let mut rng = SmallRng::seed_from_u64(seed);
     // The one replica whose data may rot.
     let rotting = rng.gen_range(0..nodes.count());
     loop {
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(10..400))).await;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(gap_ms.clone()))).await;
         let index = rng.gen_range(0..nodes.count());
         // Mostly past the lease (3 s), so that the PGs fail over; sometimes within it.
         let lasting = Duration::from_millis(rng.gen_range(100..6_000));
-        match draw(&mut rng) {
+        match draw(&mut rng, kinds) {
             Kind::Kill => {
                 nodes.kill(index).await;
                 tokio::time::sleep(lasting).await;
@@ -113,7 +129,7 @@ pub(crate) async fn inject(seed: u64, nodes: Rc<Nodes>, min_size: u8) {
                 }
                 nodes.run().record(format_args!("fault: {name} cut off from every node"));
                 tokio::time::sleep(lasting).await;
-                heal_network(&nodes);
+                heal_network(nodes);
             }
             Kind::CutOneWay => {
                 let name = nodes.name(index);
@@ -133,7 +149,7 @@ pub(crate) async fn inject(seed: u64, nodes: Rc<Nodes>, min_size: u8) {
                 let way = if outgoing { "from" } else { "to" };
                 nodes.run().record(format_args!("fault: one way cut {way} {name}, with {}", others.join(",")));
                 tokio::time::sleep(lasting).await;
-                heal_network(&nodes);
+                heal_network(nodes);
             }
             Kind::Reset => {
                 let name = nodes.name(index);
@@ -158,7 +174,7 @@ pub(crate) async fn inject(seed: u64, nodes: Rc<Nodes>, min_size: u8) {
                 nodes.network.partition(&name, crate::node_store::STORE_NODE);
                 nodes.run().record(format_args!("fault: {name} cut off from the store"));
                 tokio::time::sleep(lasting).await;
-                heal_network(&nodes);
+                heal_network(nodes);
             }
             Kind::SlowDisk => {
                 let factor = rng.gen_range(10..300);

@@ -115,6 +115,9 @@ pub struct SimOptions {
     /// Whether the clients also write, zero and trim whole objects (a whole-object write
     /// replaces every member's copy; a whole-object trim or zeroing deletes the object).
     pub whole_object_ops: bool,
+    /// Whether a second stream of faults runs over the first (`faults::overlap`). Seeds found
+    /// before it ran replay with it off (`regressions.rs`).
+    pub overlapping_faults: bool,
 }
 
 impl SimOptions {
@@ -177,6 +180,7 @@ impl Default for SimOptions {
             journal_bytes: 512 << 10,
             pipeline_max: 1,
             whole_object_ops: false,
+            overlapping_faults: false,
         }
     }
 }
@@ -245,7 +249,9 @@ fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
     if options.nbd {
         command.push_str(" BASALT_SIM_NBD=1");
     }
-    if options.drawn_workload {
+    if options.overlapping_faults {
+        command.push_str(" BASALT_SIM_GEOMETRY=overlapping");
+    } else if options.drawn_workload {
         command.push_str(" BASALT_SIM_GEOMETRY=wide");
     } else if options.drawn_geometry {
         command.push_str(" BASALT_SIM_GEOMETRY=drawn");

@@ -26,9 +26,17 @@ pub const DRAWN_REGRESSIONS: [(u64, &str); 6] = [
 
 /// Seeds that once failed with the geometry and the workload drawn from the seed (object and
 /// journal sizes, pipelined clients, whole-object ops), kept with what they found.
-pub const WIDE_REGRESSIONS: [(u64, &str); 4] = [
+pub const WIDE_REGRESSIONS: [(u64, &str); 5] = [
     (90, "a member listed after its PG served kept a copy of an object the PG had deleted meanwhile; once recorded clean, the old data would have come back"),
     (187, "a whole-object write whose fresh block the primary's drive failed answered the client with the drive's error"),
     (233, "a delete in a PG clean in memory but not yet recorded clean removed the object, and a member of the older recorded set offered its old copy as the newest"),
     (1316, "a retried delete of an object the primary no longer knew (its first try reached all but a paused member, and write-back forgot the tombstone) was acknowledged as done; the paused member's copy came back when it returned"),
+    (1406, "a write after a delete minted the delete's own version once write-back had forgotten it on the primary; a member still holding the delete took the write for its retry and skipped it"),
+];
+
+/// Seeds that once failed with two streams of faults at once, over the geometry and workload
+/// drawn from the seed, kept with what they found.
+pub const OVERLAPPING_REGRESSIONS: [(u64, &str); 2] = [
+    (172, "an OSD started while cut off from the metadata store exited instead of waiting for it"),
+    (570, "the harness took an OSD that could not open its engine on a drive failing reads for a violation"),
 ];

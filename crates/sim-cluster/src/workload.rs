@@ -74,9 +74,18 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         }
     }
     let gateway = options.nbd.then(|| gateway::start(&nodes.network, store.clone(), client_options(nodes), run));
-    let faults = options
-        .faults
-        .then(|| tokio::task::spawn_local(faults::inject(derive(seed, 2), nodes.clone(), options.min_size)));
+    let faults = options.faults.then(|| {
+        let inject = faults::inject(derive(seed, 2), nodes.clone(), options.min_size);
+        let overlap = faults::overlap(derive(seed, 8), nodes.clone(), options.min_size);
+        let overlapping = options.overlapping_faults;
+        tokio::task::spawn_local(async move {
+            if overlapping {
+                tokio::join!(inject, overlap);
+            } else {
+                inject.await;
+            }
+        })
+    });
     let membership_pending = Rc::new(std::cell::Cell::new(None));
     let membership = (options.faults && options.membership_changes).then(|| {
         let change = membership::change(derive(seed, 4), nodes.clone(), store.clone(), membership_pending.clone());
@@ -193,9 +202,14 @@ async fn final_reads(volumes: &[Rc<Volume>], run: &Run, who: &str, bounded: bool
 
 /// Why some object may have no readable copy up while the faults hold: bits flipped in one
 /// OSD's copies and another OSD down or paused (with three copies, the third may be one still
-/// catching up), or with `min_size` 1 any OSD down or paused.
+/// catching up), with `min_size` 1 any OSD down or paused, or two OSDs down or paused.
 fn two_copies_impaired(nodes: &Nodes, min_size: u8) -> Option<String> {
     let down = |index: usize| !nodes.is_running(index) || nodes.with_osd(index, |osd| osd.pause.is_paused());
+    // Two faults at once may leave two OSDs down: a PG may have no member of a recorded set up.
+    let downs: Vec<String> = (0..nodes.count()).filter(|&index| down(index)).map(|index| nodes.name(index)).collect();
+    if downs.len() >= 2 {
+        return Some(format!("{} are down or paused", downs.join(" and ")));
+    }
     // With min_size 1 a write may have been acknowledged with the one copy on the OSD left down:
     // its PG waits for that OSD, as it must.
     if min_size < 2 {

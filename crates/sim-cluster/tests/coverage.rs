@@ -1,6 +1,6 @@
 //! Every coverage mark (`stdx::coverage::mark`) at the rare branches of peering, recovery,
 //! backfill, scrub and stray removal is reached by the simulator within [`SEEDS`] seeds drawing
-//! their geometry and workload, [`DRAWN_SEEDS`] drawing only the geometry (one op at a time on
+//! their geometry and workload with two streams of faults, [`DRAWN_SEEDS`] drawing only the geometry (one op at a time on
 //! 16 KiB objects, where other races happen), [`FIXED_SEEDS`] with the fixed one, the seeds that once failed
 //! (`sim_cluster::regressions`) and one run of each scripted scenario:
 //! a branch the simulator never takes is a branch no seed can find a bug in. The runs are
@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use sim_cluster::regressions::{DRAWN_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS};
+use sim_cluster::regressions::{DRAWN_REGRESSIONS, OVERLAPPING_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS};
 use sim_cluster::{run, Scenario, SimOptions};
 
 /// Seeds drawing geometry and workload within which every mark must be hit.
@@ -60,8 +60,9 @@ fn every_coverage_mark_is_hit() {
     assert!(marks.len() >= 20, "found only {} marks in the sources: is the search broken?", marks.len());
     let drawn = SimOptions { drawn_geometry: true, ..SimOptions::default() };
     let wide = SimOptions { drawn_workload: true, ..drawn.clone() };
+    let overlapping = SimOptions { overlapping_faults: true, ..wide.clone() };
     for seed in 1..=seeds {
-        let outcome = run(seed, &wide);
+        let outcome = run(seed, &overlapping);
         assert!(outcome.passed(), "seed {seed}: {:?}", outcome.violations);
     }
     for seed in 1..=DRAWN_SEEDS {
@@ -83,6 +84,10 @@ fn every_coverage_mark_is_hit() {
     for &(seed, _) in &WIDE_REGRESSIONS {
         let outcome = run(seed, &wide);
         assert!(outcome.passed(), "wide regression seed {seed}: {:?}", outcome.violations);
+    }
+    for &(seed, _) in &OVERLAPPING_REGRESSIONS {
+        let outcome = run(seed, &overlapping);
+        assert!(outcome.passed(), "overlapping regression seed {seed}: {:?}", outcome.violations);
     }
     for scenario in Scenario::ALL {
         let outcome = run(1, &scenario.options());

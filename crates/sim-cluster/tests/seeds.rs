@@ -10,16 +10,17 @@
 //! (`osd::planted::PlantedBug::ALL`), to replay what `scenarios.rs` or `mutations.rs` found.
 //! `BASALT_SIM_NBD=1` sends the clients through the NBD gateway (`gateway.rs` runs those seeds).
 //! Each seed draws its geometry (3 to 6 OSDs, 2 or 3 copies, `min_size` below them) and its
-//! workload (object and journal sizes, pipelined clients, whole-object ops) unless
-//! `BASALT_SIM_GEOMETRY=drawn` draws only the geometry (how the seeds of `DRAWN_REGRESSIONS`
-//! were found) or `fixed` keeps the default (3 OSDs, 3 copies, `min_size` 2, one op at a time).
+//! workload (object and journal sizes, pipelined clients, whole-object ops), with two streams of
+//! faults at once, unless `BASALT_SIM_GEOMETRY` says otherwise: `wide` (one stream of faults,
+//! how the seeds of `WIDE_REGRESSIONS` were found), `drawn` (the geometry only: those of
+//! `DRAWN_REGRESSIONS`) or `fixed` (3 OSDs, 3 copies, `min_size` 2, one op at a time).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use osd::planted::PlantedBug;
-use sim_cluster::regressions::{DRAWN_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS};
+use sim_cluster::regressions::{DRAWN_REGRESSIONS, OVERLAPPING_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS};
 use sim_cluster::{live_replay_command, run, run_twice, Scenario, SimOptions};
 
 /// How long one seed may take in wall time before the run is taken for a livelock: a task that
@@ -88,16 +89,19 @@ fn options_from_env() -> SimOptions {
         Ok("1") => true,
         Ok(other) => panic!("BASALT_SIM_NBD={other}: 1 (clients through the NBD gateway) or 0"),
     };
-    let (drawn_geometry, drawn_workload) = match std::env::var("BASALT_SIM_GEOMETRY").as_deref() {
-        Err(_) | Ok("wide") => (scenario.is_none(), scenario.is_none()),
-        Ok("drawn") => (scenario.is_none(), false),
-        Ok("fixed") => (false, false),
+    let drawn = scenario.is_none();
+    let (drawn_geometry, drawn_workload, overlapping_faults) = match std::env::var("BASALT_SIM_GEOMETRY").as_deref() {
+        Err(_) | Ok("overlapping") => (drawn, drawn, drawn),
+        Ok("wide") => (drawn, drawn, false),
+        Ok("drawn") => (drawn, false, false),
+        Ok("fixed") => (false, false, false),
         Ok(other) => panic!(
-            "BASALT_SIM_GEOMETRY={other}: wide (geometry and workload from each seed), drawn (the geometry only) or fixed"
+            "BASALT_SIM_GEOMETRY={other}: overlapping (geometry and workload from each seed, two streams of faults), \
+             wide (one stream), drawn (the geometry only) or fixed"
         ),
     };
     let options = scenario.map_or_else(SimOptions::default, Scenario::options);
-    SimOptions { planted, nbd, drawn_geometry, drawn_workload, ..options }
+    SimOptions { planted, nbd, drawn_geometry, drawn_workload, overlapping_faults, ..options }
 }
 
 #[test]
@@ -145,12 +149,14 @@ fn seeds_that_once_failed_pass() {
     let fixed = SimOptions::default();
     let drawn = SimOptions { drawn_geometry: true, ..SimOptions::default() };
     let wide = SimOptions { drawn_workload: true, ..drawn.clone() };
+    let overlapping = SimOptions { overlapping_faults: true, ..wide.clone() };
     let watchdog = Watchdog::start(&fixed);
     let regressions = REGRESSIONS
         .iter()
         .map(|regression| (regression, &fixed))
         .chain(DRAWN_REGRESSIONS.iter().map(|regression| (regression, &drawn)))
-        .chain(WIDE_REGRESSIONS.iter().map(|regression| (regression, &wide)));
+        .chain(WIDE_REGRESSIONS.iter().map(|regression| (regression, &wide)))
+        .chain(OVERLAPPING_REGRESSIONS.iter().map(|regression| (regression, &overlapping)));
     for ((seed, found), options) in regressions {
         watchdog.watch(*seed);
         if let Err(failure) = run_twice(*seed, options) {

@@ -215,7 +215,11 @@ impl Osd {
             secondaries.push((osd, address));
         }
         let floor = state.with_active(|active| active.floors.get(&object).copied()).flatten();
-        let version = mint_version(epoch, known.max(floor));
+        // Above every version this PG minted at this epoch too: the engine forgets a deleted
+        // object's version once write-back passes the delete, and a member still holding the
+        // delete would take a write at that same version for a retry of it and skip it.
+        let version = mint_version(epoch, known.max(floor).max(state.minted.get()));
+        state.minted.set(Some(version));
         let deleting = matches!(mutation, Mutation::Delete);
         let (local, remote) = match mutation {
             Mutation::Write { offset_bytes, data } => (

@@ -107,14 +107,24 @@ impl Osd {
         }
     }
 
-    /// Applies the primary's version. Already holding exactly that version means a retried
-    /// request: success. Holding a newer one means this member saw a write the primary did not
-    /// (an unacknowledged op); the op fails with `Busy` and the client's retry, with a newer
-    /// version, goes through.
+    /// Applies the primary's version. Already holding exactly that version, from the same kind
+    /// of op (a write, or a delete), means a retried request: success. Holding a newer one, or
+    /// the other kind at that version (a primary that minted again a version it had forgotten),
+    /// means this member saw an op the primary did not count on; the op fails with
+    /// `NewerVersion` and the client's retry, with a newer version, goes through.
     async fn apply_versioned(&self, object: ObjectId, version: u64, request: EngineRequest) -> Result<(), OpError> {
+        let deleting = matches!(request, EngineRequest::DeleteVersioned { .. });
         match self.engine.submit(request).await {
             Ok(_) => Ok(()),
-            Err(EngineError::StaleVersion { current, .. }) if current == version => Ok(()),
+            Err(EngineError::StaleVersion { current, .. })
+                if current == version && self.object_exists(object) != deleting =>
+            {
+                Ok(())
+            }
+            Err(EngineError::StaleVersion { current, .. }) if current == version => {
+                tracing::warn!(osd = self.id, %object, version, deleting, "refusing an op at a version held by the other kind of op");
+                Err(OpError::NewerVersionHeld { object, version, current })
+            }
             Err(EngineError::StaleVersion { current, .. }) => {
                 stdx::coverage::mark("secondary: an older version refused");
                 tracing::warn!(osd = self.id, %object, version, current, "refusing an older version from the primary");

@@ -33,6 +33,9 @@ pub(crate) struct Pg {
     /// Failures in a row of its peering and recovery at this epoch, shared by every `Pg` of
     /// the epoch (peering again makes a new one).
     pub(crate) attempts: Rc<Attempts>,
+    /// The last version a write of the PG minted at this epoch, shared likewise: every version
+    /// minted goes above it.
+    pub(crate) minted: Rc<Cell<Option<u64>>>,
 }
 
 pub(crate) enum Phase {
@@ -199,12 +202,20 @@ impl Pg {
     }
 }
 
+/// What every `Pg` of one epoch of a PG shares.
+#[derive(Default)]
+struct Epoch {
+    epoch: u64,
+    attempts: Rc<Attempts>,
+    minted: Rc<Cell<Option<u64>>>,
+}
+
 /// The PGs this OSD is primary of.
 #[derive(Default)]
 pub(crate) struct PgStates {
     pgs: RefCell<HashMap<PgId, Rc<Pg>>>,
-    /// Each PG's attempts at its current epoch.
-    attempts: RefCell<HashMap<PgId, (u64, Rc<Attempts>)>>,
+    /// Each PG's attempts and last version minted, at its current epoch.
+    epochs: RefCell<HashMap<PgId, Epoch>>,
     /// Writes in flight per PG, of any epoch: peering waits until the PG's older ones are done.
     writes: RefCell<HashMap<PgId, usize>>,
     /// Signalled on every phase change and every new `Pg`.
@@ -224,14 +235,13 @@ impl PgStates {
 
     /// Starts a new `Pg` in `Peering` at `epoch`, replacing any other; returns it.
     pub(crate) fn begin(&self, pg: PgId, epoch: u64, since: Instant) -> Rc<Pg> {
-        let attempts = {
-            let mut all = self.attempts.borrow_mut();
-            let (at, attempts) = all.entry(pg).or_insert_with(|| (epoch, Rc::default()));
-            if *at != epoch {
-                *at = epoch;
-                *attempts = Rc::default();
+        let (attempts, minted) = {
+            let mut all = self.epochs.borrow_mut();
+            let shared = all.entry(pg).or_insert_with(|| Epoch { epoch, ..Epoch::default() });
+            if shared.epoch != epoch {
+                *shared = Epoch { epoch, ..Epoch::default() };
             }
-            attempts.clone()
+            (shared.attempts.clone(), shared.minted.clone())
         };
         let state = Rc::new(Pg {
             id: pg,
@@ -240,6 +250,7 @@ impl PgStates {
             since,
             recording: tokio::sync::Mutex::new(()),
             attempts,
+            minted,
         });
         self.pgs.borrow_mut().insert(pg, state.clone());
         self.changed.notify_waiters();
@@ -250,7 +261,7 @@ impl PgStates {
     pub(crate) fn retain(&self, mut keep: impl FnMut(PgId) -> bool) {
         self.pgs.borrow_mut().retain(|pg, _| keep(*pg));
         let pgs = self.pgs.borrow();
-        self.attempts.borrow_mut().retain(|pg, _| pgs.contains_key(pg));
+        self.epochs.borrow_mut().retain(|pg, _| pgs.contains_key(pg));
         self.changed.notify_waiters();
     }
 
