@@ -194,7 +194,7 @@ async fn apply(seed: u64, nodes: &Nodes, min_size: u8, kinds: &[(Kind, u32)], ga
                 });
                 nodes.run().record(format_args!("fault: {} disk fails its next write or flush", nodes.name(index)));
                 tokio::time::sleep(lasting).await;
-                clear_disk_errors(&nodes, index);
+                clear_disk_errors(nodes, index);
                 nodes.restart(index);
             }
             Kind::FailReads => {
@@ -206,7 +206,7 @@ async fn apply(seed: u64, nodes: &Nodes, min_size: u8, kinds: &[(Kind, u32)], ga
                 });
                 nodes.run().record(format_args!("fault: {} disk fails its next {count} reads", nodes.name(index)));
                 tokio::time::sleep(lasting).await;
-                clear_disk_errors(&nodes, index);
+                clear_disk_errors(nodes, index);
                 nodes.restart(index);
             }
             Kind::FlipBits if min_size < 2 => {}
