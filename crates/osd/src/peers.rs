@@ -15,6 +15,30 @@ use wire::Request;
 /// Called with a peer and the address that refused a connect to it.
 pub(crate) type OnRefused = Box<dyn Fn(u32, &str)>;
 
+/// Why a call or a probe to a peer OSD got no reply.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum PeerError {
+    /// The connect failed: refused, or the address unreachable (the network's words).
+    #[error("{reason}")]
+    Connect { osd: u32, address: String, reason: String },
+    #[error("cannot connect to {address}: no answer within {timeout:?}")]
+    ConnectTimeout { osd: u32, address: String, timeout: Duration },
+    /// The connection failed or closed before the reply came (the network's words).
+    #[error("{reason}")]
+    Lost { osd: u32, reason: String },
+    #[error("osd.{osd} at {address} sent no reply within {timeout:?}")]
+    NoReply { osd: u32, address: String, timeout: Duration },
+    #[error("osd.{osd} at {address} answered no ping within {timeout:?}")]
+    NoPing { osd: u32, address: String, timeout: Duration },
+}
+
+/// For the callers that report a failure rather than decide on it.
+impl From<PeerError> for String {
+    fn from(error: PeerError) -> String {
+        error.to_string()
+    }
+}
+
 pub(crate) struct Peers {
     peers: RefCell<BTreeMap<u32, Rc<Peer>>>,
     connect_timeout: Duration,
@@ -36,7 +60,7 @@ struct Peer {
     /// When the last connect failed, and why: callers that waited for that attempt fail with it
     /// rather than each trying again in turn (N callers behind a cut link would otherwise wait N
     /// connect timeouts).
-    connect_failed: RefCell<Option<(Instant, String)>>,
+    connect_failed: RefCell<Option<(Instant, PeerError)>>,
 }
 
 /// Takes a call off its peer's waiting list however it ends (a reply, an error, or its future
@@ -87,11 +111,14 @@ impl Peers {
     /// Pings `osd`: `Ok` once it answers within `timeout`. A probe that gets no answer closes
     /// the connection, so the next call or probe connects afresh rather than waiting on a
     /// stream the network may be holding back.
-    pub(crate) async fn probe(&self, osd: u32, address: &str, timeout: Duration) -> Result<(), String> {
+    pub(crate) async fn probe(&self, osd: u32, address: &str, timeout: Duration) -> Result<(), PeerError> {
         let probe = async {
             let connection = self.connection(osd, address).await?;
-            let reply = connection.call(0, Request::Ping).await.map_err(|error| error.to_string());
-            Ok::<_, String>((connection, reply))
+            let reply = connection
+                .call(0, Request::Ping)
+                .await
+                .map_err(|error| PeerError::Lost { osd, reason: error.to_string() });
+            Ok::<_, PeerError>((connection, reply))
         };
         match tokio::time::timeout(timeout, probe).await {
             Ok(Ok((_, Ok(_)))) => {
@@ -100,16 +127,16 @@ impl Peers {
             }
             Ok(Ok((_, Err(error)))) | Ok(Err(error)) => Err(error),
             Err(_) => {
-                let reason = format!("osd.{osd} at {address} answered no ping within {timeout:?}");
+                let error = PeerError::NoPing { osd, address: address.to_string(), timeout };
                 if let Some((_, connection)) = self.peer(osd).current.borrow().as_ref() {
-                    connection.close(&reason);
+                    connection.close(&error.to_string());
                 }
-                Err(reason)
+                Err(error)
             }
         }
     }
 
-    async fn connection(&self, osd: u32, address: &str) -> Result<Connection, String> {
+    async fn connection(&self, osd: u32, address: &str) -> Result<Connection, PeerError> {
         let peer = self.peer(osd);
         if let Some(connection) = peer.usable(address) {
             return Ok(connection);
@@ -119,8 +146,8 @@ impl Peers {
         if let Some(connection) = peer.usable(address) {
             return Ok(connection);
         }
-        if let Some((_, reason)) = peer.connect_failed.borrow().as_ref().filter(|(at, _)| *at >= waited_from) {
-            return Err(reason.clone());
+        if let Some((_, error)) = peer.connect_failed.borrow().as_ref().filter(|(at, _)| *at >= waited_from) {
+            return Err(error.clone());
         }
         let connection = match tokio::time::timeout(self.connect_timeout, net::connect(address)).await {
             Ok(Ok(connection)) => connection,
@@ -128,13 +155,15 @@ impl Peers {
                 if error.is_refusal() {
                     (self.refused)(osd, address);
                 }
-                *peer.connect_failed.borrow_mut() = Some((Instant::now(), error.to_string()));
-                return Err(error.to_string());
+                let error = PeerError::Connect { osd, address: address.to_string(), reason: error.to_string() };
+                *peer.connect_failed.borrow_mut() = Some((Instant::now(), error.clone()));
+                return Err(error);
             }
             Err(_) => {
-                let reason = format!("cannot connect to {address}: no answer within {:?}", self.connect_timeout);
-                *peer.connect_failed.borrow_mut() = Some((Instant::now(), reason.clone()));
-                return Err(reason);
+                let error =
+                    PeerError::ConnectTimeout { osd, address: address.to_string(), timeout: self.connect_timeout };
+                *peer.connect_failed.borrow_mut() = Some((Instant::now(), error.clone()));
+                return Err(error);
             }
         };
         tracing::debug!(osd, address, "connected to peer");
@@ -145,7 +174,7 @@ impl Peers {
     /// Sends `request` to OSD `osd` at `address` and waits for the reply. Any failure to get a
     /// reply (cannot connect, connection lost, no reply in time) is an error naming the peer; a
     /// reply that took too long also closes the connection, so the next op starts afresh.
-    pub(crate) async fn call(&self, osd: u32, address: &str, epoch: u64, request: Request) -> Result<Reply, String> {
+    pub(crate) async fn call(&self, osd: u32, address: &str, epoch: u64, request: Request) -> Result<Reply, PeerError> {
         let peer = self.peer(osd);
         let call = self.next_call.get();
         self.next_call.set(call + 1);
@@ -157,11 +186,11 @@ impl Peers {
                 peer.last_reply.set(Some(Instant::now()));
                 Ok(reply)
             }
-            Ok(Err(error)) => Err(error.to_string()),
+            Ok(Err(error)) => Err(PeerError::Lost { osd, reason: error.to_string() }),
             Err(_) => {
-                let reason = format!("osd.{osd} at {address} sent no reply within {:?}", self.call_timeout);
-                connection.close(&reason);
-                Err(reason)
+                let error = PeerError::NoReply { osd, address: address.to_string(), timeout: self.call_timeout };
+                connection.close(&error.to_string());
+                Err(error)
             }
         }
     }

@@ -63,8 +63,8 @@ pub(crate) enum OpError {
     TooFewMembers { pg: PgId, members: usize, min_size: u8 },
     #[error("member osd.{osd} is down")]
     MemberDown { osd: u32 },
-    #[error("secondary osd.{osd}: {reason}")]
-    SecondaryUnreachable { osd: u32, reason: String },
+    #[error("secondary osd.{osd}: {source}")]
+    SecondaryUnreachable { osd: u32, source: crate::peers::PeerError },
     #[error("secondary osd.{osd} is at epoch {theirs} of the pg, this osd at {ours}")]
     SecondaryAtOtherEpoch { osd: u32, theirs: u64, ours: u64 },
     #[error("secondary osd.{osd} failed the op with {status}")]

@@ -310,8 +310,8 @@ impl Osd {
 }
 
 /// What a secondary's reply to a SecWrite or SecDelete means for the write.
-fn secondary_outcome(osd: u32, epoch: u64, result: Result<net::Reply, String>) -> Result<(), OpError> {
-    let reply = result.map_err(|reason| OpError::SecondaryUnreachable { osd, reason })?;
+fn secondary_outcome(osd: u32, epoch: u64, result: Result<net::Reply, crate::peers::PeerError>) -> Result<(), OpError> {
+    let reply = result.map_err(|source| OpError::SecondaryUnreachable { osd, source })?;
     match reply.response {
         Response::SecWrite | Response::SecDelete => Ok(()),
         Response::Failed { status: Status::NoSuchObject, opcode: Opcode::SecDelete } => Ok(()),

@@ -41,8 +41,11 @@ pub(crate) enum CopyError {
     /// be written again above it.
     #[error("osd.{member} refused {object} at version {version:#x}: it holds or remembers version {current:#x}")]
     Refused { member: u32, object: ObjectId, version: u64, current: u64 },
-    /// Anything else (the member is down or unreachable, a drive failed, no copy could be
-    /// read): the copy is tried again later.
+    /// The member could not be reached: the copy is tried again later.
+    #[error(transparent)]
+    Peer(#[from] crate::peers::PeerError),
+    /// Anything else (a drive failed, no copy could be read, an answer out of place): the copy
+    /// is tried again later.
     #[error("{0}")]
     Failed(String),
 }
@@ -506,7 +509,7 @@ impl Osd {
                 self.rewrite_held(state, object, current, &holders).await?;
                 u64::from(self.object_size_bytes)
             }
-            Err(CopyError::Failed(reason)) => return Err(reason),
+            Err(error @ (CopyError::Peer(_) | CopyError::Failed(_))) => return Err(error.to_string()),
         };
         state.with_active(|active| forget(active, member, object));
         Ok(sent)
