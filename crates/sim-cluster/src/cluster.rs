@@ -200,6 +200,17 @@ impl Nodes {
 
     /// Starts OSD `index` again on its disk.
     pub(crate) fn restart(&self, index: usize) {
+        self.start(index, "fault: {} restarted");
+    }
+
+    /// Starts OSD `index` for the first time, on its freshly formatted disk, if a fault has not
+    /// started it already.
+    pub(crate) fn join(&self, index: usize) {
+        self.start(index, "membership: {} joins");
+    }
+
+    /// Starts OSD `index` on its disk unless it runs, recording `what` with its name.
+    fn start(&self, index: usize, what: &str) {
         let mut osds = self.osds.borrow_mut();
         let node = &mut osds[index];
         if node.process.as_ref().is_some_and(|process| !process.is_finished()) {
@@ -209,7 +220,7 @@ impl Nodes {
         // requests behind.
         self.network.kill(&node.name);
         node.disk.process_exited();
-        self.run.record(format_args!("fault: {} restarted", node.name));
+        self.run.record(what.replace("{}", &node.name));
         let disk = Box::new(node.disk.reopen());
         let shared =
             Shared { network: &self.network, store: &self.store, faults: &self.store_faults, reporter: &self.reporter };
@@ -259,11 +270,12 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     ));
     if options.drawn_workload {
         run.record(format_args!(
-            "objects of {} KiB, journals of {} KiB, up to {} ops in flight per client, whole-object ops {}",
+            "objects of {} KiB, journals of {} KiB, up to {} ops in flight per client, whole-object ops {}{}",
             options.object_bytes >> 10,
             options.journal_bytes >> 10,
             options.pipeline_max,
-            if options.whole_object_ops { "on" } else { "off" }
+            if options.whole_object_ops { "on" } else { "off" },
+            if options.late_join { ", the last OSD joins late" } else { "" }
         ));
     }
     let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory(EmbeddedOptions::default()));
@@ -283,7 +295,9 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     let mut osds = Vec::new();
     for index in 0..options.osds {
         let shared = Shared { network: &network, store: &store, faults: &store_faults, reporter: &reporter };
-        osds.push(start_osd(&shared, &options, seed, index, &run));
+        // The last one joins later, when the clients run (`workload.rs`).
+        let start = !(options.late_join && index + 1 == options.osds);
+        osds.push(start_osd(&shared, &options, seed, index, &run, start));
     }
     let mut names: Vec<String> = osds.iter().map(|osd| osd.name.clone()).collect();
     names.extend(["client", "checker", STORE_NODE, MON_NODE].map(String::from));
@@ -359,7 +373,15 @@ struct Shared<'a> {
     reporter: &'a SimDownReporter,
 }
 
-fn start_osd(shared: &Shared<'_>, options: &SimOptions, seed: u64, index: usize, run: &Rc<Run>) -> OsdNode {
+/// Formats OSD `index`'s disk and, if `start`, starts the OSD on it.
+fn start_osd(
+    shared: &Shared<'_>,
+    options: &SimOptions,
+    seed: u64,
+    index: usize,
+    run: &Rc<Run>,
+    start: bool,
+) -> OsdNode {
     let name = format!("osd{index}");
     let disk = SimDisk::new(SimDiskOptions {
         size_bytes: DISK_BYTES,
@@ -390,6 +412,9 @@ fn start_osd(shared: &Shared<'_>, options: &SimOptions, seed: u64, index: usize,
         pause: PauseSwitch::default(),
         failing_disk: Rc::new(Cell::new(false)),
     };
+    if !start {
+        return node;
+    }
     let (process, stop) = spawn_osd(shared, options.osd_lease, &node, Box::new(disk), run);
     OsdNode { process: Some(process), stop: Some(stop), ..node }
 }

@@ -118,6 +118,13 @@ pub struct SimOptions {
     /// Whether a second stream of faults runs over the first (`faults::overlap`). Seeds found
     /// before it ran replay with it off (`regressions.rs`).
     pub overlapping_faults: bool,
+    /// Whether each seed with OSDs to spare may start one of them only once the clients run
+    /// (`late_join`), as an operator adds a drive to a serving cluster. Seeds found before it
+    /// replay with it off.
+    pub osd_joins: bool,
+    /// The last OSD starts a while after the clients (drawn when `osd_joins`): placement moves
+    /// PGs onto it, which backfill while the clients write.
+    pub late_join: bool,
 }
 
 impl SimOptions {
@@ -152,7 +159,11 @@ impl SimOptions {
         let object_bytes = [8 << 10, 16 << 10, 32 << 10][rng.gen_range(0..3)];
         let journal_bytes = u64::from(object_bytes) * [16, 32, 64][rng.gen_range(0..3)] + (16 << 12);
         let pipeline_max = [1, 2, 4][rng.gen_range(0..3)];
-        SimOptions { object_bytes, journal_bytes, pipeline_max, whole_object_ops: true, ..drawn }
+        // Drawn apart too: with OSDs to spare, one of them may join late.
+        let late_join = self.osd_joins
+            && osds > usize::from(replicas)
+            && SmallRng::seed_from_u64(cluster::derive(seed, 9)).gen_bool(0.5);
+        SimOptions { object_bytes, journal_bytes, pipeline_max, whole_object_ops: true, late_join, ..drawn }
     }
 }
 
@@ -181,6 +192,8 @@ impl Default for SimOptions {
             pipeline_max: 1,
             whole_object_ops: false,
             overlapping_faults: false,
+            osd_joins: false,
+            late_join: false,
         }
     }
 }
@@ -249,7 +262,9 @@ fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
     if options.nbd {
         command.push_str(" BASALT_SIM_NBD=1");
     }
-    if options.overlapping_faults {
+    if options.osd_joins {
+        command.push_str(" BASALT_SIM_GEOMETRY=joining");
+    } else if options.overlapping_faults {
         command.push_str(" BASALT_SIM_GEOMETRY=overlapping");
     } else if options.drawn_workload {
         command.push_str(" BASALT_SIM_GEOMETRY=wide");

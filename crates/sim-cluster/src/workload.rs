@@ -91,6 +91,16 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         let change = membership::change(derive(seed, 4), nodes.clone(), store.clone(), membership_pending.clone());
         tokio::task::spawn_local(change)
     });
+    // The OSD that joins late starts 0.5 to 5 s into the clients' run (if a fault has not
+    // restarted it first; `faults::heal` starts it at the latest).
+    let joining = options.late_join.then(|| {
+        let (nodes, index) = (nodes.clone(), options.osds - 1);
+        let delay = Duration::from_millis(SmallRng::seed_from_u64(derive(seed, 10)).gen_range(500..5_000));
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep(delay).await;
+            nodes.join(index);
+        })
+    });
     let scrubs = (options.faults && options.membership_changes)
         .then(|| tokio::task::spawn_local(scrubs::request(derive(seed, 5), store.clone(), run.clone())));
     let mut clients = Vec::new();
@@ -129,6 +139,11 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     if let Some(scrubs) = scrubs {
         scrubs.abort();
         let _ = scrubs.await;
+    }
+    if let Some(joining) = joining {
+        joining.abort();
+        let _ = joining.await;
+        nodes.join(options.osds - 1);
     }
     if let Some(membership) = membership {
         membership.abort();

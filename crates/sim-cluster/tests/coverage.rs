@@ -1,6 +1,6 @@
 //! Every coverage mark (`stdx::coverage::mark`) at the rare branches of peering, recovery,
 //! backfill, scrub and stray removal is reached by the simulator within [`SEEDS`] seeds drawing
-//! their geometry and workload with two streams of faults, [`DRAWN_SEEDS`] drawing only the geometry (one op at a time on
+//! their geometry and workload with two streams of faults and a late OSD, [`DRAWN_SEEDS`] drawing only the geometry (one op at a time on
 //! 16 KiB objects, where other races happen), [`FIXED_SEEDS`] with the fixed one, the seeds that once failed
 //! (`sim_cluster::regressions`) and one run of each scripted scenario:
 //! a branch the simulator never takes is a branch no seed can find a bug in. The runs are
@@ -61,8 +61,9 @@ fn every_coverage_mark_is_hit() {
     let drawn = SimOptions { drawn_geometry: true, ..SimOptions::default() };
     let wide = SimOptions { drawn_workload: true, ..drawn.clone() };
     let overlapping = SimOptions { overlapping_faults: true, ..wide.clone() };
+    let joining = SimOptions { osd_joins: true, ..overlapping.clone() };
     for seed in 1..=seeds {
-        let outcome = run(seed, &overlapping);
+        let outcome = run(seed, &joining);
         assert!(outcome.passed(), "seed {seed}: {:?}", outcome.violations);
     }
     for seed in 1..=DRAWN_SEEDS {

@@ -11,7 +11,9 @@
 //! `BASALT_SIM_NBD=1` sends the clients through the NBD gateway (`gateway.rs` runs those seeds).
 //! Each seed draws its geometry (3 to 6 OSDs, 2 or 3 copies, `min_size` below them) and its
 //! workload (object and journal sizes, pipelined clients, whole-object ops), with two streams of
-//! faults at once, unless `BASALT_SIM_GEOMETRY` says otherwise: `wide` (one stream of faults,
+//! faults at once and, with OSDs to spare, one OSD that may join late, unless
+//! `BASALT_SIM_GEOMETRY` says otherwise: `overlapping` (no late join, how the seeds of
+//! `OVERLAPPING_REGRESSIONS` were found), `wide` (one stream of faults,
 //! how the seeds of `WIDE_REGRESSIONS` were found), `drawn` (the geometry only: those of
 //! `DRAWN_REGRESSIONS`) or `fixed` (3 OSDs, 3 copies, `min_size` 2, one op at a time).
 
@@ -90,18 +92,28 @@ fn options_from_env() -> SimOptions {
         Ok(other) => panic!("BASALT_SIM_NBD={other}: 1 (clients through the NBD gateway) or 0"),
     };
     let drawn = scenario.is_none();
-    let (drawn_geometry, drawn_workload, overlapping_faults) = match std::env::var("BASALT_SIM_GEOMETRY").as_deref() {
-        Err(_) | Ok("overlapping") => (drawn, drawn, drawn),
-        Ok("wide") => (drawn, drawn, false),
-        Ok("drawn") => (drawn, false, false),
-        Ok("fixed") => (false, false, false),
+    let stage = match std::env::var("BASALT_SIM_GEOMETRY").as_deref() {
+        Err(_) | Ok("joining") => 4,
+        Ok("overlapping") => 3,
+        Ok("wide") => 2,
+        Ok("drawn") => 1,
+        Ok("fixed") => 0,
         Ok(other) => panic!(
-            "BASALT_SIM_GEOMETRY={other}: overlapping (geometry and workload from each seed, two streams of faults), \
-             wide (one stream), drawn (the geometry only) or fixed"
+            "BASALT_SIM_GEOMETRY={other}: joining (geometry and workload from each seed, two streams of faults, an \
+             OSD that may join late), overlapping (no late join), wide (one stream of faults), drawn (the geometry \
+             only) or fixed"
         ),
     };
     let options = scenario.map_or_else(SimOptions::default, Scenario::options);
-    SimOptions { planted, nbd, drawn_geometry, drawn_workload, overlapping_faults, ..options }
+    SimOptions {
+        planted,
+        nbd,
+        drawn_geometry: drawn && stage >= 1,
+        drawn_workload: drawn && stage >= 2,
+        overlapping_faults: drawn && stage >= 3,
+        osd_joins: drawn && stage >= 4,
+        ..options
+    }
 }
 
 #[test]
