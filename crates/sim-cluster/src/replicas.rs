@@ -81,6 +81,14 @@ async fn compare(store: &Arc<dyn MetaStore>, options: &SimOptions, rotting: Opti
                 .any(|(_, node, copy)| *copy == Copy::Corrupt && rotting.is_none_or(|rotting| node != rotting));
             let other = sound.iter().any(|copy| matches!(copy, Copy::Other(_)));
             if rotten_elsewhere || other || sound.windows(2).any(|pair| pair[0] != pair[1]) {
+                // The mon may have moved the PG on since the map was loaded (a backfill ended,
+                // and the old member removed its copies as strays): only a difference among the
+                // members of the PG's current epoch counts.
+                let now =
+                    cluster_watch::load(store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))?;
+                if now.pg(pool.id, pg).is_some_and(|now| now.epoch != state.epoch) {
+                    return Box::pin(compare(store, options, rotting)).await;
+                }
                 return Err(format!("{name} stripe {stripe} (PG {}.{pg}): copies differ: {copies:?}", pool.id));
             }
             compared += 1;
