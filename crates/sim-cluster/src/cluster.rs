@@ -122,6 +122,11 @@ impl Nodes {
         self.osds.borrow()[index].name.clone()
     }
 
+    /// Whether the mon runs.
+    pub(crate) fn mon_running(&self) -> bool {
+        self.mon.borrow().is_some()
+    }
+
     /// Whether OSD `index`'s process runs (it may have stopped on a failed drive).
     pub(crate) fn is_running(&self, index: usize) -> bool {
         self.osds.borrow()[index].process.as_ref().is_some_and(|process| !process.is_finished())

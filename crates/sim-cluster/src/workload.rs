@@ -217,13 +217,18 @@ async fn final_reads(volumes: &[Rc<Volume>], run: &Run, who: &str, bounded: bool
 
 /// Why some object may have no readable copy up while the faults hold: bits flipped in one
 /// OSD's copies and another OSD down or paused (with three copies, the third may be one still
-/// catching up), with `min_size` 1 any OSD down or paused, or two OSDs down or paused.
+/// catching up), with `min_size` 1 any OSD down or paused, two OSDs down or paused, or the mon
+/// and an OSD.
 fn two_copies_impaired(nodes: &Nodes, min_size: u8) -> Option<String> {
     let down = |index: usize| !nodes.is_running(index) || nodes.with_osd(index, |osd| osd.pause.is_paused());
     // Two faults at once may leave two OSDs down: a PG may have no member of a recorded set up.
     let downs: Vec<String> = (0..nodes.count()).filter(|&index| down(index)).map(|index| nodes.name(index)).collect();
     if downs.len() >= 2 {
         return Some(format!("{} are down or paused", downs.join(" and ")));
+    }
+    // With the mon down too, nothing fails the OSD's PGs over to the others.
+    if let (false, Some(down)) = (nodes.mon_running(), downs.first()) {
+        return Some(format!("the mon and {down} are down or paused"));
     }
     // With min_size 1 a write may have been acknowledged with the one copy on the OSD left down:
     // its PG waits for that OSD, as it must.
