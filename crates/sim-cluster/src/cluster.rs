@@ -468,11 +468,14 @@ fn spawn_osd(
         let ready = |ready: &osd::Ready| run.record(format_args!("{name} serving as osd.{}", ready.osd));
         let served = local.run_until(osd::serve(config, env, ready, stop_signal)).await;
         match served {
-            // A drive set to fail stops its OSD, or keeps it from opening its engine when it
-            // fails the reads of a start (a second fault restarted it meanwhile).
-            Err(error @ (osd::OsdError::DriveFailed { .. } | osd::OsdError::OpenEngine { .. }))
-                if failing_disk.get() =>
-            {
+            // A drive set to fail stops its OSD, or keeps it from starting when it fails the
+            // reads or the first write of a start (a second fault restarted it meanwhile, or it
+            // joined late onto a drive already set to fail).
+            Err(
+                error @ (osd::OsdError::DriveFailed { .. }
+                | osd::OsdError::OpenEngine { .. }
+                | osd::OsdError::SetOsdId { .. }),
+            ) if failing_disk.get() => {
                 run.record(format_args!("{name} stopped: {error}"));
             }
             Err(error) => run.violation(format!("{name} stopped: {error}")),

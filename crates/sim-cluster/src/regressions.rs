@@ -36,9 +36,16 @@ pub const WIDE_REGRESSIONS: [(u64, &str); 5] = [
 
 /// Seeds that once failed with two streams of faults at once, over the geometry and workload
 /// drawn from the seed, kept with what they found.
-pub const OVERLAPPING_REGRESSIONS: [(u64, &str); 4] = [
+pub const OVERLAPPING_REGRESSIONS: [(u64, &str); 6] = [
     (172, "an OSD started while cut off from the metadata store exited instead of waiting for it"),
     (570, "the harness took an OSD that could not open its engine on a drive failing reads for a violation"),
     (1661, "the replica check compared a PG's members from a map the mon had moved on since (a backfill ended, the old member removed its copies as strays)"),
     (52738, "the final reads were held to their bound with the mon killed and an OSD paused by the other stream: nothing could fail that OSD's PGs over"),
+    (54016, "a delete whose secondary's drive failed was retried after write-back forgot it on the primary, which still took that member for complete and acknowledged at once; the member's old copy came back"),
+    (4749, "a write in a PG clean in memory, whose clean record the store cut-off held back, skipped the record; the next peering trusted the older set and lost the write"),
+];
+
+/// Seeds that once failed with an OSD that may join late, over everything above.
+pub const JOINING_REGRESSIONS: [(u64, &str); 1] = [
+    (420, "the harness took an OSD joining late onto a drive set to fail writes, which could not record its id, for a violation"),
 ];

@@ -10,11 +10,13 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use sim_cluster::regressions::{DRAWN_REGRESSIONS, OVERLAPPING_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS};
+use sim_cluster::regressions::{
+    DRAWN_REGRESSIONS, JOINING_REGRESSIONS, OVERLAPPING_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS,
+};
 use sim_cluster::{run, Scenario, SimOptions};
 
 /// Seeds drawing geometry and workload within which every mark must be hit.
-const SEEDS: u64 = 300;
+const SEEDS: u64 = 450;
 /// Seeds drawing only the geometry.
 const DRAWN_SEEDS: u64 = 150;
 /// Seeds with the fixed geometry (3 OSDs, 3 copies, `min_size` 2: bits flipped more often).
@@ -89,6 +91,10 @@ fn every_coverage_mark_is_hit() {
     for &(seed, _) in &OVERLAPPING_REGRESSIONS {
         let outcome = run(seed, &overlapping);
         assert!(outcome.passed(), "overlapping regression seed {seed}: {:?}", outcome.violations);
+    }
+    for &(seed, _) in &JOINING_REGRESSIONS {
+        let outcome = run(seed, &joining);
+        assert!(outcome.passed(), "joining regression seed {seed}: {:?}", outcome.violations);
     }
     for scenario in Scenario::ALL {
         let outcome = run(1, &scenario.options());

@@ -601,8 +601,16 @@ pub(crate) fn forget(active: &mut Active, member: u32, object: ObjectId) {
     }
 }
 
-/// Whether a write's failure means a member may have lost state (its connection broke, so it
-/// may have restarted without what it had not made durable): the PG peers again.
+/// Whether a write's failure means a member may not hold what the primary takes it to hold:
+/// its connection broke (it may have restarted without what it had not made durable), or it
+/// failed the op (its drive failed, it answered out of place). The PG peers again, so that
+/// the member is listed before it counts as complete: a retried delete of an object the
+/// primary no longer holds would otherwise take that member for one without a copy, and
+/// acknowledge while it keeps the old data. A full member is not lost: it refuses new objects.
 pub(crate) fn lost_member(error: &OpError) -> bool {
-    matches!(error, OpError::SecondaryUnreachable { .. })
+    match error {
+        OpError::SecondaryUnreachable { .. } | OpError::SecondaryAnsweredOther { .. } => true,
+        OpError::SecondaryFailed { status, .. } => *status != wire::Status::NoSpace,
+        _ => false,
+    }
 }

@@ -95,14 +95,16 @@ impl Active {
         self.history.required().all(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
     }
 
-    /// Whether the history already finds every write this epoch acknowledges: the PG is clean
-    /// (every target member gets every write), or some set peering must already reach is made
-    /// of complete members (every write reaches each of them, so the member of that set peering
-    /// reaches holds it). Only otherwise does a write cost a record. An interval recorded
-    /// earlier in this epoch is not enough by itself: after peering again at the same epoch
+    /// Whether the history already finds every write this epoch acknowledges: some set peering
+    /// must already reach is made of complete members (every write reaches each of them, so the
+    /// member of that set peering reaches holds it). Only otherwise does a write cost a record.
+    /// Being clean in memory is not enough: until the clean record is written, the history
+    /// may name only older sets, whose members outside the acting set miss this epoch's writes
+    /// (and a clean record can wait, the store cut off, while the lease still runs). Nor is an
+    /// interval recorded earlier in this epoch by itself: after peering again at the same epoch
     /// (a member restarted) one of its members may be catching up, and writes skip it.
     pub(crate) fn recorded(&self) -> bool {
-        self.clean() || self.history.required().any(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
+        self.history.required().any(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
     }
 
     /// The history with this epoch's complete members appended: the members every write of
@@ -385,8 +387,12 @@ mod tests {
 
     #[test]
     fn a_write_needs_a_record_only_when_no_required_set_is_acting() {
-        // Clean: every target member takes every write.
-        assert!(active(&[1, 2, 3], &[3, 2, 1], History::default()).recorded());
+        // Clean in memory but recorded nowhere yet: the first write records the set.
+        assert!(!active(&[1, 2, 3], &[3, 2, 1], History::default()).recorded());
+        // Clean in memory, the record naming an older set (osd 1 left): recorded again.
+        let moved = active(&[4, 3], &[4, 3], History { clean: Some(interval(3, &[2, 4])), intervals: vec![] });
+        assert!(moved.clean() && !moved.recorded());
+        assert!(active(&[4, 3], &[4, 3], History { clean: Some(interval(5, &[4, 3])), intervals: vec![] }).recorded());
         // Degraded, nothing recorded: the first write records the set.
         let degraded = active(&[1, 2], &[1, 2, 3], History::default());
         assert!(!degraded.recorded());
