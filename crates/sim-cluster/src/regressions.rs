@@ -1,6 +1,8 @@
 //! Seeds that once failed, kept with what they found: `tests/seeds.rs` runs them every time,
 //! and `tests/coverage.rs` counts the branches they reach.
 
+use crate::SimOptions;
+
 /// Seeds that once failed with the fixed geometry (3 OSDs, 3 copies, `min_size` 2), kept with
 /// what they found.
 pub const REGRESSIONS: [(u64, &str); 8] = [
@@ -49,3 +51,23 @@ pub const OVERLAPPING_REGRESSIONS: [(u64, &str); 6] = [
 pub const JOINING_REGRESSIONS: [(u64, &str); 1] = [
     (420, "the harness took an OSD joining late onto a drive set to fail writes, which could not record its id, for a violation"),
 ];
+
+/// Every seed above with the options of the stage it was found in.
+pub fn with_options() -> Vec<(u64, &'static str, SimOptions)> {
+    let fixed = SimOptions::default();
+    let drawn = SimOptions { drawn_geometry: true, ..fixed.clone() };
+    let wide = SimOptions { drawn_workload: true, ..drawn.clone() };
+    let overlapping = SimOptions { overlapping_faults: true, ..wide.clone() };
+    let joining = SimOptions { osd_joins: true, ..overlapping.clone() };
+    let stages: [(&[(u64, &'static str)], SimOptions); 5] = [
+        (&REGRESSIONS, fixed),
+        (&DRAWN_REGRESSIONS, drawn),
+        (&WIDE_REGRESSIONS, wide),
+        (&OVERLAPPING_REGRESSIONS, overlapping),
+        (&JOINING_REGRESSIONS, joining),
+    ];
+    stages
+        .into_iter()
+        .flat_map(|(seeds, options)| seeds.iter().map(move |&(seed, found)| (seed, found, options.clone())))
+        .collect()
+}

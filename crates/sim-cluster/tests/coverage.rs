@@ -10,9 +10,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use sim_cluster::regressions::{
-    DRAWN_REGRESSIONS, JOINING_REGRESSIONS, OVERLAPPING_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS,
-};
+use sim_cluster::regressions;
 use sim_cluster::{run, Scenario, SimOptions};
 
 /// Seeds drawing geometry and workload within which every mark must be hit.
@@ -77,24 +75,9 @@ fn every_coverage_mark_is_hit() {
         assert!(outcome.passed(), "fixed seed {seed}: {:?}", outcome.violations);
     }
     // The seeds that once failed: each reached a rare branch then.
-    for &(seed, _) in &REGRESSIONS {
-        assert!(run(seed, &SimOptions::default()).passed(), "regression seed {seed}");
-    }
-    for &(seed, _) in &DRAWN_REGRESSIONS {
-        let outcome = run(seed, &drawn);
-        assert!(outcome.passed(), "drawn regression seed {seed}: {:?}", outcome.violations);
-    }
-    for &(seed, _) in &WIDE_REGRESSIONS {
-        let outcome = run(seed, &wide);
-        assert!(outcome.passed(), "wide regression seed {seed}: {:?}", outcome.violations);
-    }
-    for &(seed, _) in &OVERLAPPING_REGRESSIONS {
-        let outcome = run(seed, &overlapping);
-        assert!(outcome.passed(), "overlapping regression seed {seed}: {:?}", outcome.violations);
-    }
-    for &(seed, _) in &JOINING_REGRESSIONS {
-        let outcome = run(seed, &joining);
-        assert!(outcome.passed(), "joining regression seed {seed}: {:?}", outcome.violations);
+    for (seed, _, options) in regressions::with_options() {
+        let outcome = run(seed, &options);
+        assert!(outcome.passed(), "regression seed {seed}: {:?}", outcome.violations);
     }
     for scenario in Scenario::ALL {
         let outcome = run(1, &scenario.options());

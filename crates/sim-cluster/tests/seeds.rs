@@ -22,9 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use osd::planted::PlantedBug;
-use sim_cluster::regressions::{
-    DRAWN_REGRESSIONS, JOINING_REGRESSIONS, OVERLAPPING_REGRESSIONS, REGRESSIONS, WIDE_REGRESSIONS,
-};
+use sim_cluster::regressions;
 use sim_cluster::{live_replay_command, run, run_twice, Scenario, SimOptions};
 
 /// How long one seed may take in wall time before the run is taken for a livelock: a task that
@@ -160,22 +158,10 @@ fn seeds_pass_and_replay_alike() {
 
 #[test]
 fn seeds_that_once_failed_pass() {
-    let fixed = SimOptions::default();
-    let drawn = SimOptions { drawn_geometry: true, ..SimOptions::default() };
-    let wide = SimOptions { drawn_workload: true, ..drawn.clone() };
-    let overlapping = SimOptions { overlapping_faults: true, ..wide.clone() };
-    let joining = SimOptions { osd_joins: true, ..overlapping.clone() };
-    let watchdog = Watchdog::start(&fixed);
-    let regressions = REGRESSIONS
-        .iter()
-        .map(|regression| (regression, &fixed))
-        .chain(DRAWN_REGRESSIONS.iter().map(|regression| (regression, &drawn)))
-        .chain(WIDE_REGRESSIONS.iter().map(|regression| (regression, &wide)))
-        .chain(OVERLAPPING_REGRESSIONS.iter().map(|regression| (regression, &overlapping)))
-        .chain(JOINING_REGRESSIONS.iter().map(|regression| (regression, &joining)));
-    for ((seed, found), options) in regressions {
-        watchdog.watch(*seed);
-        if let Err(failure) = run_twice(*seed, options) {
+    let watchdog = Watchdog::start(&SimOptions::default());
+    for (seed, found, options) in regressions::with_options() {
+        watchdog.watch(seed);
+        if let Err(failure) = run_twice(seed, &options) {
             panic!("regression seed {seed} ({found}):\n{failure}");
         }
     }
