@@ -23,7 +23,7 @@ use std::time::Duration;
 use engine::{Completion, Engine, EngineError, ObjectId, Reply, Request};
 use futures_util::future::poll_fn;
 use platform::{Disk, DiskReady};
-use stdx::{HashMap, SlotTable};
+use stdx::SlotTable;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -38,10 +38,7 @@ pub(crate) struct EngineIo {
     engine: RefCell<OsdEngine>,
     /// The engine's objects by PG, for listings that cost one PG's objects.
     objects: RefCell<ObjectsByPg>,
-    slots: RefCell<SlotTable<SlotState>>,
-    /// The object of each write in flight, by its slot: its completion ends the write in
-    /// `objects`.
-    writes: RefCell<HashMap<u64, ObjectId>>,
+    slots: RefCell<SlotTable<Slot>>,
     ready: Box<dyn DiskReady>,
     /// Set by `submit`: the driver polls the engine so the request reaches the kernel.
     kick: Notify,
@@ -58,6 +55,12 @@ pub(crate) struct EngineIo {
 }
 
 /// An engine request in flight; its id in the table is the request's user data.
+struct Slot {
+    state: SlotState,
+    /// The object a write changes: its completion ends the write in `objects`.
+    write_of: Option<ObjectId>,
+}
+
 enum SlotState {
     Waiting(Option<Waker>),
     Done(Result<Reply, EngineError>),
@@ -72,7 +75,6 @@ impl EngineIo {
             objects: RefCell::new(ObjectsByPg::of(&engine)),
             engine: RefCell::new(engine),
             slots: RefCell::new(SlotTable::new(ENGINE_OPS_IN_FLIGHT_MAX)),
-            writes: RefCell::new(HashMap::default()),
             ready,
             kick: Notify::new(),
             progressed: Notify::new(),
@@ -121,11 +123,11 @@ impl EngineIo {
         let user_data = self
             .slots
             .borrow_mut()
-            .insert(SlotState::Waiting(None))
+            .insert(Slot { state: SlotState::Waiting(None), write_of: None })
             .unwrap_or_else(|_| panic!("more than {ENGINE_OPS_IN_FLIGHT_MAX} engine requests in flight"));
         if let Request::Write { object, .. } | Request::WriteVersioned { object, .. } = &request {
             self.objects.borrow_mut().write_started(*object);
-            self.writes.borrow_mut().insert(user_data, *object);
+            self.slots.borrow_mut().get_mut(user_data).expect("inserted above").write_of = Some(*object);
         }
         self.engine.borrow_mut().submit(user_data, request);
         self.kick.notify_one();
@@ -251,7 +253,8 @@ impl EngineIo {
             let mut slots = self.slots.borrow_mut();
             for mut completion in completions.drain(..) {
                 let id = completion.user_data;
-                if let Some(object) = self.writes.borrow_mut().remove(&id) {
+                let slot = slots.get_mut(id).expect("a completion for a slot of another request");
+                if let Some(object) = slot.write_of.take() {
                     self.objects.borrow_mut().write_finished(object);
                     if let Err(EngineError::Disk(error)) = &completion.result {
                         // The OSD stops on it; the request answers as on a poisoned engine, so
@@ -261,8 +264,7 @@ impl EngineIo {
                         completion.result = Err(EngineError::Poisoned { reason });
                     }
                 }
-                let state = slots.get_mut(id).expect("a completion for a slot of another request");
-                match std::mem::replace(state, SlotState::Done(completion.result)) {
+                match std::mem::replace(&mut slot.state, SlotState::Done(completion.result)) {
                     SlotState::Waiting(waker) => wakers.extend(waker),
                     SlotState::Abandoned => {
                         slots.remove(id);
@@ -293,7 +295,7 @@ impl Future for EngineOp {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         assert!(!self.finished, "an engine op polled after it finished");
         let mut slots = self.io.slots.borrow_mut();
-        match slots.get_mut(self.user_data).expect("an engine op polls only its own slot") {
+        match &mut slots.get_mut(self.user_data).expect("an engine op polls only its own slot").state {
             SlotState::Waiting(waker) => {
                 match waker {
                     Some(existing) if existing.will_wake(cx.waker()) => {}
@@ -302,7 +304,7 @@ impl Future for EngineOp {
                 Poll::Pending
             }
             SlotState::Done(_) => {
-                let Some(SlotState::Done(result)) = slots.remove(self.user_data) else {
+                let Some(Slot { state: SlotState::Done(result), .. }) = slots.remove(self.user_data) else {
                     unreachable!("matched Done above")
                 };
                 drop(slots);
@@ -320,7 +322,7 @@ impl Drop for EngineOp {
             return;
         }
         let mut slots = self.io.slots.borrow_mut();
-        let state = slots.get_mut(self.user_data).expect("an engine op owns its slot until it finishes");
+        let state = &mut slots.get_mut(self.user_data).expect("an engine op owns its slot until it finishes").state;
         if matches!(state, SlotState::Done(_)) {
             slots.remove(self.user_data);
         } else {
