@@ -6,6 +6,9 @@
 #        BASALT_FUZZ_SECONDS    seconds per fuzz target (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One build from scratch, not many small edits: incremental state would double the target
+# directory (tens of GiB) and slow the build.
+export CARGO_INCREMENTAL=0
 
 # Debian packages the tests drive. Installed only when missing, so reruns are fast.
 # etcd-server: the etcd the tests start (building needs no protoc: the lint build runs through scripts/without-protoc.sh);

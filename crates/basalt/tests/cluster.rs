@@ -47,7 +47,15 @@ impl Cluster {
             Store::Embedded => "basalt://127.0.0.1:2390".to_string(),
         };
         for index in 0..OSD_COUNT {
-            cli(&["osd", "init", "--data", path_str(&dir.join(format!("osd{index}.img"))), "--size", "256M"]);
+            cli(&[
+                "osd",
+                "init",
+                "--data",
+                path_str(&dir.join(format!("osd{index}.img"))),
+                "--size",
+                "256M",
+                "--sparse",
+            ]);
         }
         let mut cluster =
             Cluster { store, dir, meta_url, etcd: None, mon: None, osds: (0..OSD_COUNT).map(|_| None).collect() };

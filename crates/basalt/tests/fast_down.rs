@@ -34,7 +34,7 @@ fn a_killed_osd_loses_its_lease_as_soon_as_a_client_finds_it_gone() {
         for index in 0..3 {
             let data = dir.join(format!("osd{index}.img"));
             let data = data.to_str().expect("utf-8");
-            cli(&["osd", "init", "--data", data, "--size", "256M"]);
+            cli(&["osd", "init", "--data", data, "--size", "256M", "--sparse"]);
             let listen = format!("127.0.0.{}:6800", index + 2);
             let mut command = Command::new(BASALT);
             command.args(["osd", "--etcd", &mon.meta_url, "--data", data, "--listen", &listen]);

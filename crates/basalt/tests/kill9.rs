@@ -80,7 +80,7 @@ fn acknowledged_writes_survive_sigkill() {
     let log = scratch.path.join("torture.log");
     let data_text = data.to_str().expect("utf-8 path");
     let log_text = log.to_str().expect("utf-8 path");
-    basalt(&["osd", "init", "--quiet", "--data", data_text, "--size", "256M"]);
+    basalt(&["osd", "init", "--quiet", "--data", data_text, "--size", "256M", "--sparse"]);
 
     for cycle in 0..cycles {
         let torture_seed = rng.gen::<u64>().to_string();

@@ -56,7 +56,7 @@ impl Cluster {
         let mut cluster = Cluster { scratch, mon, osds: Vec::new(), _nbd: None };
         for index in 0..osd_count {
             let data = cluster.data(index);
-            cli(&["osd", "init", "--data", &data, "--size", "512M"]);
+            cli(&["osd", "init", "--data", &data, "--size", "512M", "--sparse"]);
             cluster.osds.push(None);
             cluster.start_osd_as(index, uid.map(|uid| uid(index)));
         }
@@ -75,7 +75,7 @@ impl Cluster {
     pub fn add_osd(&mut self) -> usize {
         let index = self.osds.len();
         let data = self.data(index);
-        cli(&["osd", "init", "--data", &data, "--size", "512M"]);
+        cli(&["osd", "init", "--data", &data, "--size", "512M", "--sparse"]);
         self.osds.push(None);
         self.start_osd(index);
         index

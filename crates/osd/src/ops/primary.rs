@@ -198,12 +198,21 @@ impl Osd {
         // A whole-object write replaces whatever a member holds; any other write skips the
         // members that still lack the object (their copy would be the old one with this write on
         // top): recovery copies it to them later, whole, at its newest version. The members
-        // that lack nothing get every write, and the history records only them.
+        // that lack nothing get every write, and the history records only them. A member that
+        // lacks only this object is complete once a whole write lands, and counts toward
+        // min_size for it: that is how recovery rewrites an object a member refused.
         let whole = matches!(&mutation, Mutation::Write { offset_bytes: 0, data } if data.len() == self.object_size_bytes as usize);
         let (skipped, complete) = state
             .with_active(|active| {
                 let skipped = if whole { Vec::new() } else { active.missing_object(object) };
-                (skipped, active.acting.iter().filter(|&&osd| active.is_complete(osd)).count())
+                let complete = |osd: &&u32| {
+                    if whole {
+                        active.complete_with(**osd, object)
+                    } else {
+                        active.is_complete(**osd)
+                    }
+                };
+                (skipped, active.acting.iter().filter(complete).count())
             })
             .ok_or(OpError::PgPeering { pg, epoch })?;
         if complete < usize::from(view.min_size.max(1)) {

@@ -18,7 +18,7 @@ use wire::{PgId, PgTrouble, Request, Response};
 use crate::ops::Osd;
 use crate::ops::PgView;
 
-use super::recovery::Push;
+use super::recovery::{CopyError, Push};
 use super::retry::{self, log_failure};
 use super::state::{Active, Pg, Phase};
 
@@ -44,6 +44,12 @@ fn moved(reason: impl std::fmt::Display) -> Failure {
 /// Copying an object to or from a member failed.
 fn copy_failed(reason: impl std::fmt::Display) -> Failure {
     Failure::new(PgTrouble::Copy, reason.to_string())
+}
+
+/// The next write of `object` goes above `version`.
+fn raise(floors: &mut BTreeMap<ObjectId, u64>, object: ObjectId, version: u64) {
+    let floor = floors.entry(object).or_default();
+    *floor = (*floor).max(version);
 }
 
 /// PGs peering at once on one OSD.
@@ -284,6 +290,13 @@ impl Osd {
             sources.extend(holders(&listings, need, &skip, need.source));
             self.pull(pg, state.epoch, &sources, need.object, need.version).await.map_err(copy_failed)?;
         }
+        // A member that refuses a copy because it holds or remembers a newer version (a copy it
+        // deleted as a stray, one discarded earlier) keeps refusing it: the object must be
+        // written again above that version, on every member, which takes an active PG. It is
+        // left missing on that member, so recovery rewrites it first thing, and until then the
+        // member does not count as complete (writes wait if min_size needs it).
+        let mut missing: BTreeMap<u32, BTreeMap<ObjectId, Option<u64>>> = BTreeMap::new();
+        let mut floors: BTreeMap<ObjectId, u64> = BTreeMap::new();
         for &member in &plan.before_active[1..] {
             for need in &plan.needs[&member] {
                 stdx::coverage::mark("peering: a member brought up to date before the pg serves");
@@ -293,11 +306,19 @@ impl Osd {
                 let held = held_version(&listings, member, need.object);
                 let push =
                     Push { pg, epoch: state.epoch, member, address, object: need.object, held, holders: &others };
-                self.push(&push).await.map_err(copy_failed)?;
+                match self.push(&push).await {
+                    Ok(_) => {}
+                    Err(CopyError::Refused { current, .. }) => {
+                        stdx::coverage::mark("peering: a member refused a copy, left for recovery to rewrite");
+                        tracing::info!(osd = self.id, pg = %pg, member, object = %need.object, current, "a member holds a newer version; recovery rewrites the object");
+                        missing.entry(member).or_default().insert(need.object, held);
+                        raise(&mut floors, need.object, current);
+                    }
+                    Err(error) => return Err(copy_failed(error)),
+                }
             }
         }
         self.still_current(state).map_err(moved)?;
-        let mut missing = BTreeMap::new();
         let mut unlisted = BTreeSet::new();
         for &member in &plan.catching_up {
             match plan.needs.get(&member) {
@@ -313,14 +334,9 @@ impl Osd {
         }
         // A discarded copy was deleted one above the version it held: the object's next write
         // goes above that.
-        let floors = plan.discard.values().flatten().map(|&(object, held)| (object, held + 1)).fold(
-            BTreeMap::new(),
-            |mut floors: BTreeMap<ObjectId, u64>, (object, floor)| {
-                let entry = floors.entry(object).or_default();
-                *entry = (*entry).max(floor);
-                floors
-            },
-        );
+        for &(object, held) in plan.discard.values().flatten() {
+            raise(&mut floors, object, held + 1);
+        }
         Ok(Active { acting, target, history, history_revision, missing, unlisted, floors })
     }
 

@@ -127,6 +127,14 @@ impl Active {
             && self.missing.get(&osd).is_none_or(BTreeMap::is_empty)
     }
 
+    /// Whether acting member `osd` holds every object of the PG once it receives `object`
+    /// whole: complete, or lacking that object only.
+    pub(crate) fn complete_with(&self, osd: u32, object: ObjectId) -> bool {
+        self.acting.contains(&osd)
+            && !self.unlisted.contains(&osd)
+            && self.missing.get(&osd).is_none_or(|objects| objects.keys().all(|&lacking| lacking == object))
+    }
+
     /// How urgent this PG's copies are: by how many acting members hold everything, against
     /// `min_size` and the target's size.
     pub(crate) fn priority(&self, min_size: u8) -> Priority {
@@ -462,6 +470,20 @@ mod tests {
         // An unlisted member is not complete either.
         back.unlisted.insert(3);
         assert!(!back.is_complete(3));
+    }
+
+    #[test]
+    fn a_member_lacking_only_the_object_written_whole_is_complete_for_that_write() {
+        let (refused, other) = (ObjectId { inode: 1, stripe: 0 }, ObjectId { inode: 1, stripe: 1 });
+        let mut back = active(&[1, 2], &[1, 2], History { clean: Some(interval(1, &[1, 2])), intervals: vec![] });
+        back.missing.insert(2, BTreeMap::from([(refused, Some(7))]));
+        assert!(!back.is_complete(2));
+        assert!(back.complete_with(2, refused) && !back.complete_with(2, other));
+        assert!(back.complete_with(1, other), "a complete member is complete for any write");
+        back.missing.get_mut(&2).unwrap().insert(other, None);
+        assert!(!back.complete_with(2, refused), "it lacks another object too");
+        back.unlisted.insert(1);
+        assert!(!back.complete_with(1, refused) && !back.complete_with(3, refused));
     }
 
     #[test]
