@@ -91,6 +91,8 @@ pub(crate) struct OsdNode {
     /// Set while the fault injector makes the disk fail requests: the OSD stopping on its
     /// failed drive is then what must happen, not a violation.
     pub(crate) failing_disk: Rc<Cell<bool>>,
+    /// Removed from the cluster: never started again, and no longer counted.
+    pub(crate) retired: Cell<bool>,
 }
 
 /// The OSD nodes, for the faults to kill, restart and cut off.
@@ -114,8 +116,27 @@ pub(crate) struct Nodes {
 }
 
 impl Nodes {
+    /// Every OSD node, retired ones included.
     pub(crate) fn count(&self) -> usize {
         self.osds.borrow().len()
+    }
+
+    /// The OSD nodes that belong to the cluster: every one not retired.
+    pub(crate) fn members(&self) -> usize {
+        self.osds.borrow().iter().filter(|osd| !osd.retired.get()).count()
+    }
+
+    /// Whether OSD `index` was removed from the cluster.
+    pub(crate) fn is_retired(&self, index: usize) -> bool {
+        self.osds.borrow()[index].retired.get()
+    }
+
+    /// Marks OSD `index`, stopped and removed from the cluster, as never to start again.
+    pub(crate) fn retire(&self, index: usize) {
+        let osds = self.osds.borrow();
+        assert!(osds[index].process.is_none(), "{} is retired while it runs", osds[index].name);
+        osds[index].retired.set(true);
+        self.run.record(format_args!("membership: {} retired", osds[index].name));
     }
 
     pub(crate) fn name(&self, index: usize) -> String {
@@ -218,6 +239,7 @@ impl Nodes {
     fn start(&self, index: usize, what: &str) {
         let mut osds = self.osds.borrow_mut();
         let node = &mut osds[index];
+        assert!(!node.retired.get(), "{} was removed from the cluster", node.name);
         if node.process.as_ref().is_some_and(|process| !process.is_finished()) {
             return;
         }
@@ -416,6 +438,7 @@ fn start_osd(
         stop: None,
         pause: PauseSwitch::default(),
         failing_disk: Rc::new(Cell::new(false)),
+        retired: Cell::new(false),
     };
     if !start {
         return node;

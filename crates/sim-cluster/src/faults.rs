@@ -294,7 +294,7 @@ pub(crate) fn heal(nodes: &Nodes) {
     heal_network(nodes);
     nodes.store_faults.clear();
     nodes.restart_mon();
-    for index in 0..nodes.count() {
+    for index in (0..nodes.count()).filter(|&index| !nodes.is_retired(index)) {
         nodes.with_osd(index, |osd| {
             osd.pause.resume();
             osd.disk.set_slowdown(1);

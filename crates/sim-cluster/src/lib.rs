@@ -19,7 +19,8 @@
 //!   store stalls, watch lag, clock skew), one at a time.
 //! - `node_store.rs`: the metadata store as each node reaches it, through the network's cuts.
 //! - `scenarios.rs`: the real-process failure tests' scripts, on the simulated cluster;
-//!   `every_copy_rots.rs`: one past what the pool survives.
+//!   `every_copy_rots.rs`: one past what the pool survives; `drain.rs`: an OSD drained,
+//!   removed and replaced.
 //! - `membership.rs`, `scrubs.rs`: an operator's membership changes and scrubs while the
 //!   clients run.
 //! - `settle.rs`: every PG clean on its target set within a bound once the faults stop.
@@ -40,6 +41,7 @@ mod clock;
 mod cluster;
 mod commits;
 mod down_reports;
+mod drain;
 mod every_copy_rots;
 mod faults;
 mod gateway;

@@ -53,10 +53,14 @@ pub enum Scenario {
     /// object rots; reads wait while a member is away, then fail, and the scrub reports it
     /// (`every_copy_rots.rs`).
     EveryCopyRots,
+    /// `an_osd_marked_out_drains_under_load_and_can_then_be_killed_and_removed`, then
+    /// `a_fourth_osd_joins_under_load...`: one of four OSDs drained, killed and removed without
+    /// force, and a fifth joins (`drain.rs`).
+    DrainRemoveJoin,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::KillPrimary,
         Scenario::PausePrimary,
         Scenario::RollingRestarts,
@@ -67,6 +71,7 @@ impl Scenario {
         Scenario::LinkCut,
         Scenario::OneWayLinkCut,
         Scenario::EveryCopyRots,
+        Scenario::DrainRemoveJoin,
     ];
 
     /// The name a replay names it by.
@@ -82,6 +87,7 @@ impl Scenario {
             Scenario::LinkCut => "link-cut",
             Scenario::OneWayLinkCut => "one-way-link-cut",
             Scenario::EveryCopyRots => "every-copy-rots",
+            Scenario::DrainRemoveJoin => "drain-remove-join",
         }
     }
 
@@ -97,6 +103,8 @@ impl Scenario {
             Scenario::FastDown => SimOptions { osd_lease: Duration::from_secs(60), ..base },
             // The scenario writes and reads alone: no client may touch the rotted object.
             Scenario::EveryCopyRots => SimOptions { clients: 0, ..base },
+            // The fifth OSD is the spare the scenario starts; the clients outlast its backfill.
+            Scenario::DrainRemoveJoin => SimOptions { osds: 5, late_join: true, ops_per_client: 2_000, ..base },
             _ => base,
         }
     }
@@ -128,6 +136,7 @@ pub(crate) async fn play(scenario: Scenario, stage: Stage<'_>) {
         Scenario::LinkCut => link_cut(&stage, true).await,
         Scenario::OneWayLinkCut => link_cut(&stage, false).await,
         Scenario::EveryCopyRots => crate::every_copy_rots::play(&stage).await,
+        Scenario::DrainRemoveJoin => crate::drain::play(&stage).await,
     };
     match played {
         Ok(()) => stage.run.record(format_args!("scenario {scenario:?} played")),
@@ -321,7 +330,7 @@ fn blocks(stage: &Stage<'_>) -> u64 {
 }
 
 /// The node index of the OSD leading the most PGs, and those PGs.
-async fn busiest_primary(stage: &Stage<'_>) -> Result<(usize, Vec<(u32, u32)>), String> {
+pub(crate) async fn busiest_primary(stage: &Stage<'_>) -> Result<(usize, Vec<(u32, u32)>), String> {
     let map = load(stage).await?;
     let mut led: std::collections::BTreeMap<u32, Vec<(u32, u32)>> = std::collections::BTreeMap::new();
     for pool in map.pools.values() {

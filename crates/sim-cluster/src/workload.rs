@@ -93,7 +93,8 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     });
     // The OSD that joins late starts 0.5 to 5 s into the clients' run (if a fault has not
     // restarted it first; `faults::heal` starts it at the latest).
-    let joining = options.late_join.then(|| {
+    // A scenario starts it itself.
+    let joining = (options.late_join && options.scenario.is_none()).then(|| {
         let (nodes, index) = (nodes.clone(), options.osds - 1);
         let delay = Duration::from_millis(SmallRng::seed_from_u64(derive(seed, 10)).gen_range(500..5_000));
         tokio::task::spawn_local(async move {
@@ -177,7 +178,7 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         faults::heal(nodes);
         final_reads(&volumes, run, "healed", true).await;
     }
-    if settle::wait_until_clean(store, nodes.count(), options.osd_lease, run).await {
+    if settle::wait_until_clean(store, nodes.members(), options.osd_lease, run).await {
         let rotted = nodes.rotted.borrow().clone();
         replicas::check(store, options, rotted.as_deref(), run).await;
         let views = SimNet::on_node("checker", settle::pg_views(store)).await;
@@ -220,7 +221,9 @@ async fn final_reads(volumes: &[Rc<Volume>], run: &Run, who: &str, bounded: bool
 /// catching up), with `min_size` 1 any OSD down or paused, two OSDs down or paused, or the mon
 /// and an OSD.
 fn two_copies_impaired(nodes: &Nodes, min_size: u8) -> Option<String> {
-    let down = |index: usize| !nodes.is_running(index) || nodes.with_osd(index, |osd| osd.pause.is_paused());
+    let down = |index: usize| {
+        !nodes.is_retired(index) && (!nodes.is_running(index) || nodes.with_osd(index, |osd| osd.pause.is_paused()))
+    };
     // Two faults at once may leave two OSDs down: a PG may have no member of a recorded set up.
     let downs: Vec<String> = (0..nodes.count()).filter(|&index| down(index)).map(|index| nodes.name(index)).collect();
     if downs.len() >= 2 {

@@ -68,3 +68,8 @@ fn a_one_way_cut_between_two_osds_marks_one_down_and_stalls_no_write_past_5_s() 
 fn an_object_whose_every_copy_rotted_is_never_served_and_is_reported() {
     play(Scenario::EveryCopyRots);
 }
+
+#[test]
+fn an_osd_drained_under_load_is_removed_and_a_new_one_backfills() {
+    play(Scenario::DrainRemoveJoin);
+}
