@@ -6,12 +6,13 @@
 
 use crate::ObjectId;
 
-/// The format version this build writes. Version 2 journals may hold several records that
-/// were in flight together (each header says which earlier records were durable when it was
-/// sealed); version 1 wrote them one at a time. This build reads both and upgrades a version 1
-/// superblock when it opens it, so a build that knows only version 1 refuses the engine instead
-/// of misreading a crash-time journal.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format version this build writes. Version 3 journals may hold whole-object writes of
+/// some pages only (entry kind 4, the pages present in the entry); version 2 journals may hold
+/// several records that were in flight together (each header says which earlier records were
+/// durable when it was sealed); version 1 wrote them one at a time. This build reads every one
+/// and upgrades an older superblock when it opens it, so an older build refuses the engine
+/// instead of misreading a crash-time journal.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format version this build opens.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"BSLTENG1");
@@ -406,6 +407,16 @@ impl MetaEntry {
     }
 }
 
+/// The mask of every page of an object of `pages` pages (bit `i`: page `i`).
+pub fn all_pages(pages: u32) -> u64 {
+    assert!(pages <= 64, "an object has at most 64 pages");
+    if pages == 64 {
+        u64::MAX
+    } else {
+        (1u64 << pages) - 1
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Journal records. A record is what one group commit writes: a header (whole pages) listing its
 // entries, followed by the data pages of its small writes.
@@ -418,9 +429,11 @@ pub enum JournalEntryKind {
         offset_pages: u32,
         data_offset_pages: u32,
     },
-    /// The whole object was written to data block `block` (redirect-on-write).
+    /// The whole object was written to data block `block` (redirect-on-write); the pages in
+    /// `present` hold data, the others none (every page, but for a copy of a sparse object).
     Big {
         block: u32,
+        present: u64,
     },
     Delete,
 }
@@ -474,6 +487,9 @@ pub enum RecordError {
 const ENTRY_KIND_SMALL: u8 = 1;
 const ENTRY_KIND_BIG: u8 = 2;
 const ENTRY_KIND_DELETE: u8 = 3;
+/// A whole-object write of the pages in the mask at entry offset 40.
+const ENTRY_KIND_BIG_SOME_PAGES: u8 = 4;
+const ENTRY_PRESENT_AT: usize = 40;
 const RECORD_CRC_AT: usize = 36;
 /// Records in flight ahead of this one when it was sealed (zero in version 1).
 const RECORD_IN_FLIGHT_AT: usize = 40;
@@ -506,11 +522,17 @@ impl RecordHeader {
         put_u64(b, RECORD_IN_FLIGHT_AT, self.seq - 1 - self.durable_seq);
         let mut at = RECORD_HEADER_BYTES;
         for entry in &self.entries {
+            let all = all_pages(entry.page_crcs.len() as u32);
             let (kind, a, c) = match entry.kind {
                 JournalEntryKind::Small { offset_pages, data_offset_pages } => {
                     (ENTRY_KIND_SMALL, offset_pages, data_offset_pages)
                 }
-                JournalEntryKind::Big { block } => (ENTRY_KIND_BIG, block, 0),
+                JournalEntryKind::Big { block, present } if present == all => (ENTRY_KIND_BIG, block, 0),
+                JournalEntryKind::Big { block, present } => {
+                    assert_eq!(present & !all, 0, "pages present beyond the object");
+                    put_u64(b, at + ENTRY_PRESENT_AT, present);
+                    (ENTRY_KIND_BIG_SOME_PAGES, block, 0)
+                }
                 JournalEntryKind::Delete => (ENTRY_KIND_DELETE, 0, 0),
             };
             b[at] = kind;
@@ -586,7 +608,14 @@ impl RecordHeader {
                     if page_count != pages_per_object {
                         return malformed("big write of a partial object");
                     }
-                    JournalEntryKind::Big { block: a }
+                    JournalEntryKind::Big { block: a, present: all_pages(pages_per_object) }
+                }
+                ENTRY_KIND_BIG_SOME_PAGES => {
+                    let present = get_u64(b, at + ENTRY_PRESENT_AT);
+                    if page_count != pages_per_object || present & !all_pages(pages_per_object) != 0 {
+                        return malformed("big write of a partial object");
+                    }
+                    JournalEntryKind::Big { block: a, present }
                 }
                 ENTRY_KIND_DELETE => {
                     if page_count != 0 {
@@ -703,8 +732,14 @@ mod tests {
             JournalEntry {
                 object: ObjectId { inode: 3, stripe: 5 },
                 version: 11,
-                kind: JournalEntryKind::Big { block: 9 },
+                kind: JournalEntryKind::Big { block: 9, present: all_pages(32) },
                 page_crcs: vec![5; 32],
+            },
+            JournalEntry {
+                object: ObjectId { inode: 3, stripe: 7 },
+                version: 12,
+                kind: JournalEntryKind::Big { block: 10, present: 0b1001 },
+                page_crcs: vec![6; 32],
             },
             JournalEntry {
                 object: ObjectId { inode: 3, stripe: 6 },
@@ -724,6 +759,14 @@ mod tests {
         let mut buffer = vec![0u8; header.header_size_bytes as usize];
         header.encode(&mut buffer);
         assert_eq!(RecordHeader::decode(&buffer, 1234, 32).unwrap(), header);
+        // Pages present beyond the object are malformed.
+        let at = RECORD_HEADER_BYTES + 2 * JOURNAL_ENTRY_HEADER_BYTES + 4 * (2 + 32);
+        assert_eq!(buffer[at], ENTRY_KIND_BIG_SOME_PAGES);
+        let mut beyond = buffer.clone();
+        put_u64(&mut beyond, at + ENTRY_PRESENT_AT, 1 << 40);
+        let crc = crc_with_hole(&beyond, RECORD_CRC_AT);
+        put_u32(&mut beyond, RECORD_CRC_AT, crc);
+        assert!(matches!(RecordHeader::decode(&beyond, 1234, 32), Err(RecordError::Malformed { .. })));
         // Version 1 headers keep zero there: every earlier record was durable.
         let mut v1 = buffer.clone();
         put_u64(&mut v1, RECORD_IN_FLIGHT_AT, 0);

@@ -51,6 +51,16 @@ pub enum Request {
         data: AlignedBuffer,
         version: u64,
     },
+    /// Replaces the whole object at a version the caller chose, under the same rule as
+    /// `WriteVersioned`: the pages in `present` (bit `i`: page `i`) hold `data`'s pages, the
+    /// others hold nothing (they read as zeros and are reported absent). What a copy of an
+    /// object that holds some pages only writes. `data` is the whole object.
+    ReplaceVersioned {
+        object: ObjectId,
+        data: AlignedBuffer,
+        present: u64,
+        version: u64,
+    },
     /// A delete whose version the caller chose, under the same rule as `WriteVersioned`.
     DeleteVersioned {
         object: ObjectId,
@@ -63,9 +73,19 @@ pub enum Request {
 
 #[derive(Debug)]
 pub enum Reply {
-    Written { version: u64 },
-    Read { version: u64, data: AlignedBuffer },
-    Deleted { version: u64 },
+    Written {
+        version: u64,
+    },
+    /// `present`: the pages read that the object holds (bit `i`: page `i` of the object); the
+    /// others read as zeros because no write gave them data.
+    Read {
+        version: u64,
+        data: AlignedBuffer,
+        present: u64,
+    },
+    Deleted {
+        version: u64,
+    },
     Flushed,
 }
 

@@ -4,8 +4,8 @@
 //! requests submitted together and polled until all complete (several in flight at once, on a
 //! disk that completes them in random order), a run of write-back to completion, or a reopen
 //! (the engine stops as a killed process would, with write-back possibly mid-job, and replays).
-//! Checked: every reply, every read byte, versions growing per object, `list_objects` and the
-//! space accounting. Two geometries: 16 KiB objects with a journal that wraps and fills, and
+//! Checked: every reply, every read byte and the pages each read reports present, versions
+//! growing per object, `list_objects` and the space accounting. Two geometries: 16 KiB objects with a journal that wraps and fills, and
 //! the default 128 KiB objects. `BASALT_MODEL_CASES` sets the number of cases per geometry.
 
 mod common;
@@ -36,6 +36,12 @@ enum Op {
     Whole {
         object: usize,
     },
+    /// A replace of the whole object holding the pages in `present` only (taken modulo the
+    /// object's pages), at a version above every one so far.
+    Replace {
+        object: usize,
+        present: u64,
+    },
     Delete {
         object: usize,
     },
@@ -59,6 +65,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (object.clone(), any::<u32>(), any::<u32>()).prop_map(|(object, offset, length)| Op::Write { object, offset, length }),
         2 => object.clone().prop_map(|object| Op::Whole { object }),
+        2 => (object.clone(), any::<u64>()).prop_map(|(object, present)| Op::Replace { object, present }),
         1 => object.clone().prop_map(|object| Op::Delete { object }),
         3 => (object, any::<u32>(), any::<u32>()).prop_map(|(object, offset, length)| Op::Read { object, offset, length }),
         1 => Just(Op::Flush),
@@ -77,6 +84,8 @@ fn step_strategy() -> impl Strategy<Value = Step> {
 #[derive(Debug, Clone)]
 struct ObjectState {
     data: Vec<u8>,
+    /// The pages that hold data (bit `i`: page `i`).
+    present: u64,
     /// Version of the last write or delete; 0 if never touched.
     version: u64,
     exists: bool,
@@ -88,6 +97,8 @@ struct Harness {
     pages_per_object: u32,
     model: BTreeMap<ObjectId, ObjectState>,
     next_tag: u64,
+    /// The highest version any reply gave so far: a replace goes well above it.
+    version_max: u64,
 }
 
 impl Harness {
@@ -102,7 +113,8 @@ impl Harness {
         let disk = format_disk(disk, u64::from(object_size_bytes), journal_size_bytes);
         let model = (0..OBJECT_COUNT)
             .map(|index| {
-                let state = ObjectState { data: vec![0; object_size_bytes as usize], version: 0, exists: false };
+                let state =
+                    ObjectState { data: vec![0; object_size_bytes as usize], present: 0, version: 0, exists: false };
                 (object_id(index), state)
             })
             .collect();
@@ -112,6 +124,7 @@ impl Harness {
             pages_per_object: object_size_bytes / PAGE_BYTES as u32,
             model,
             next_tag: 1,
+            version_max: 0,
         }
     }
 
@@ -156,8 +169,16 @@ impl Harness {
         let mut reads_see: Vec<Option<Vec<usize>>> = Vec::new();
         let mut working = self.model.clone();
         let mut history: BTreeMap<ObjectId, Vec<usize>> = BTreeMap::new();
+        // One replace a batch: the engine gives unversioned writes its highest version so far
+        // plus one, so a second replace of a higher version sealed first could put a write
+        // queued before the first replace above it.
+        let mut replaced = false;
         for (index, op) in ops.iter().enumerate() {
-            let (request, effect, sees) = match *op {
+            let op = match *op {
+                Op::Replace { object, .. } if replaced => Op::Whole { object },
+                ref other => other.clone(),
+            };
+            let (request, effect, sees) = match op {
                 Op::Write { object, offset, length } => {
                     let object = object_id(object);
                     let (offset, length) = self.range(offset, length);
@@ -167,6 +188,7 @@ impl Harness {
                     let state = working.get_mut(&object).expect("object");
                     let at = offset as usize * PAGE_BYTES;
                     state.data[at..at + data.len()].copy_from_slice(&data);
+                    state.present |= pages(offset, length);
                     state.exists = true;
                     let request = Request::Write { object, offset_bytes: offset * PAGE_BYTES as u32, data };
                     (request, Some((object, state.clone())), None)
@@ -178,13 +200,35 @@ impl Harness {
                     let data = pattern_buffer(tag, object, 0, self.pages_per_object);
                     let state = working.get_mut(&object).expect("object");
                     state.data.copy_from_slice(&data);
+                    state.present = pages(0, self.pages_per_object);
                     state.exists = true;
                     (Request::Write { object, offset_bytes: 0, data }, Some((object, state.clone())), None)
+                }
+                Op::Replace { object, present } => {
+                    replaced = true;
+                    let object = object_id(object);
+                    let tag = self.next_tag;
+                    self.next_tag += 1;
+                    let present = present & pages(0, self.pages_per_object);
+                    // The pages left out carry bytes too: they must read as zeros all the same.
+                    let data = pattern_buffer(tag, object, 0, self.pages_per_object);
+                    let state = working.get_mut(&object).expect("object");
+                    state.data.copy_from_slice(&data);
+                    for page in (0..self.pages_per_object).filter(|page| present & (1 << page) == 0) {
+                        state.data[page as usize * PAGE_BYTES..(page as usize + 1) * PAGE_BYTES].fill(0);
+                    }
+                    state.present = present;
+                    state.exists = true;
+                    // Above every version so far and every one this batch's other writes get.
+                    self.version_max += 1_000;
+                    let request = Request::ReplaceVersioned { object, data, present, version: self.version_max };
+                    (request, Some((object, state.clone())), None)
                 }
                 Op::Delete { object } => {
                     let object = object_id(object);
                     let state = working.get_mut(&object).expect("object");
                     state.data.fill(0);
+                    state.present = 0;
                     state.exists = false;
                     (Request::Delete { object }, Some((object, state.clone())), None)
                 }
@@ -216,13 +260,14 @@ impl Harness {
             let Some((object, state)) = &effects[index] else { continue };
             let version = match (result, &ops[index]) {
                 (Ok(Reply::Deleted { version }), Op::Delete { .. }) => *version,
-                (Ok(Reply::Written { version }), Op::Write { .. } | Op::Whole { .. }) => *version,
+                (Ok(Reply::Written { version }), Op::Write { .. } | Op::Whole { .. } | Op::Replace { .. }) => *version,
                 (other, op) => panic!("{op:?} on {object}: unexpected result {other:?}"),
             };
             let model = self.model.get_mut(object).expect("object");
             assert!(version > model.version, "{object}: version {version} after version {}", model.version);
             *model = ObjectState { version, ..state.clone() };
             version_after.insert(index, version);
+            self.version_max = self.version_max.max(version);
         }
 
         // Reads: each equals one whole state the object went through, with that state's version.
@@ -235,32 +280,35 @@ impl Harness {
             let Op::Read { object, offset, length } = *op else { continue };
             let object = object_id(object);
             let (offset, length) = self.range(offset, length);
-            let (version, data) = match &results[index] {
-                Ok(Reply::Read { version, data }) => (*version, data.to_vec()),
+            let (version, data, present) = match &results[index] {
+                Ok(Reply::Read { version, data, present }) => (*version, data.to_vec(), *present),
                 other => panic!("read of {object}: unexpected result {other:?}"),
             };
             let at = offset as usize * PAGE_BYTES;
             let range = at..at + length as usize * PAGE_BYTES;
-            let mut candidates =
-                vec![(before[&object].version, before[&object].data[range.clone()].to_vec(), before[&object].exists)];
+            let read_pages = pages(offset, length);
+            let seen =
+                |state: &ObjectState| (state.data[range.clone()].to_vec(), state.present & read_pages, state.exists);
+            let mut candidates = vec![(before[&object].version, seen(&before[&object]))];
             for &write_index in reads_see[index].as_ref().expect("read") {
                 if write_index > index {
                     break;
                 }
                 let (_, state) = effects[write_index].as_ref().expect("write");
-                candidates.push((version_after[&write_index], state.data[range.clone()].to_vec(), state.exists));
+                candidates.push((version_after[&write_index], seen(state)));
             }
-            let matched = candidates.iter().any(|(candidate_version, bytes, exists)| {
+            let matched = candidates.iter().any(|(candidate_version, (bytes, candidate_present, exists))| {
                 // A deleted object reads as version 0 once the delete is written back.
                 let version_ok = version == *candidate_version || (!exists && version == 0);
-                version_ok && *bytes == data
+                version_ok && *bytes == data && *candidate_present == present
             });
             assert!(
                 matched,
-                "read of {object} pages {offset}+{length} returned version {version}, matching none of {:?}",
+                "read of {object} pages {offset}+{length} returned version {version} with pages {present:#x} present, \
+                 matching none of {:?}",
                 candidates
                     .iter()
-                    .map(|(version, bytes, _)| (version, first_difference(bytes, &data)))
+                    .map(|(version, (bytes, present, _))| (version, first_difference(bytes, &data), present))
                     .collect::<Vec<_>>()
             );
         }
@@ -272,13 +320,18 @@ impl Harness {
         let expected: Vec<(ObjectId, ObjectState)> =
             self.model.iter().map(|(object, state)| (*object, state.clone())).collect();
         for (object, state) in expected {
-            let (version, data) = common::read(self.engine(), object, 0, object_size);
+            let request = engine::Request::Read { object, offset_bytes: 0, length_bytes: object_size };
+            let (version, data, present) = match common::execute(self.engine(), request) {
+                Ok(Reply::Read { version, data, present }) => (version, data.to_vec(), present),
+                other => panic!("read of {object}: {other:?}"),
+            };
             if let Some(at) = first_difference(&state.data, &data) {
                 panic!(
                     "{object}: byte {at} differs from the model (version {version}, model version {})",
                     state.version
                 );
             }
+            assert_eq!(present, state.present, "{object}: the pages present");
             if state.exists {
                 assert_eq!(version, state.version, "{object}: version");
             } else {
@@ -316,7 +369,7 @@ impl Harness {
         for (state, result) in self.model.values_mut().zip(results) {
             let Ok(Reply::Deleted { version }) = result else { panic!("delete: {result:?}") };
             assert!(version > state.version, "delete version {version} after version {}", state.version);
-            *state = ObjectState { data: vec![0; state.data.len()], version, exists: false };
+            *state = ObjectState { data: vec![0; state.data.len()], present: 0, version, exists: false };
         }
         self.engine().write_back_journal();
         let space = self.engine().space();
@@ -342,6 +395,11 @@ impl Harness {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// The mask of pages `first..first + count`.
+fn pages(first: u32, count: u32) -> u64 {
+    (first..first + count).fold(0, |mask, page| mask | 1 << page)
 }
 
 fn first_difference(expected: &[u8], actual: &[u8]) -> Option<usize> {

@@ -23,7 +23,7 @@ fn pattern(seed: u8, len: usize) -> AlignedBuffer {
 
 fn read(engine: &mut Engine<SimDisk>, object: ObjectId, offset: u32, len: u32) -> (u64, Vec<u8>) {
     match engine.execute(Request::Read { object, offset_bytes: offset, length_bytes: len }).unwrap() {
-        Reply::Read { version, data } => (version, data.to_vec()),
+        Reply::Read { version, data, .. } => (version, data.to_vec()),
         other => panic!("{other:?}"),
     }
 }

@@ -89,7 +89,7 @@ fn copy_of(engine: &mut Engine<Box<dyn Disk>>, object: ObjectId) -> Copy {
         engine.poll(&mut completions);
     }
     match completions.remove(0).result {
-        Ok(Reply::Read { version, data }) => Copy::Held { version, crc32c: crc32c::crc32c(&data) },
+        Ok(Reply::Read { version, data, .. }) => Copy::Held { version, crc32c: crc32c::crc32c(&data) },
         Ok(other) => Copy::Unreadable(format!("the engine answered a read with {other:?}")),
         Err(error) => Copy::Unreadable(error.to_string()),
     }

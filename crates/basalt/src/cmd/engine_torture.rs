@@ -170,7 +170,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
                     busy.remove(&op.stripe());
                     acks.push_str(&Line::Ack { op_id, version }.encode());
                 }
-                (InFlight::Read { stripe }, Reply::Read { version, data }) => {
+                (InFlight::Read { stripe }, Reply::Read { version, data, .. }) => {
                     let expected = model.get(&stripe).cloned().unwrap_or_else(|| ObjectState::new(pages_per_object));
                     if let Some(page) = first_different_page(&expected.bytes(), &data) {
                         bail!(

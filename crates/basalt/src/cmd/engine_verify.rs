@@ -69,7 +69,7 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
         let reply = engine
             .execute(Request::Read { object, offset_bytes: 0, length_bytes: object_size_bytes })
             .with_context(|| format!("reading object {object} of {} failed", args.data_path.display()))?;
-        let Reply::Read { version, data } = reply else { bail!("engine replied {reply:?} to a read") };
+        let Reply::Read { version, data, .. } = reply else { bail!("engine replied {reply:?} to a read") };
         let exists = listed.contains(&stripe);
         let matches =
             |state: &ObjectState| first_different_page(&state.bytes(), &data).is_none() && state.exists == exists;

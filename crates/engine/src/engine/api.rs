@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use platform::Disk;
 
 use super::{invalid, DirtyKind, Engine, EngineStats};
-use crate::layout::{Geometry, Superblock, PAGE_SIZE_BYTES};
+use crate::layout::{all_pages, Geometry, Superblock, PAGE_SIZE_BYTES};
 use crate::{Completion, EngineError, ObjectId, Reply, Request, SpaceStats};
 
 impl<D: Disk> Engine<D> {
@@ -171,6 +171,23 @@ impl<D: Disk> Engine<D> {
                     return self.complete(user_data, Err(error));
                 }
                 self.admit_write(user_data, Request::Write { object, offset_bytes, data }, Some(version));
+            }
+            Request::ReplaceVersioned { object, data, present, version } => {
+                let object_size = self.geometry.object_size_bytes;
+                if data.len() != object_size as usize {
+                    let reason =
+                        format!("a replace of {object} sends {} bytes, not the object's {object_size}", data.len());
+                    return self.complete(user_data, Err(invalid(reason)));
+                }
+                if present & !all_pages(self.geometry.pages_per_object()) != 0 {
+                    let reason = format!("a replace of {object} names pages beyond the object: {present:#x}");
+                    return self.complete(user_data, Err(invalid(reason)));
+                }
+                self.admit_write(
+                    user_data,
+                    Request::ReplaceVersioned { object, data, present, version },
+                    Some(version),
+                );
             }
             Request::DeleteVersioned { object, version } => {
                 self.admit_write(user_data, Request::Delete { object }, Some(version))

@@ -157,10 +157,11 @@ enum PendingKind {
         data: AlignedBuffer,
         page_crcs: Vec<u32>,
     },
-    /// Data already written to `block`.
+    /// Data already written to `block`; the pages in `present` hold data.
     Big {
         block: u32,
         page_crcs: Vec<u32>,
+        present: u64,
     },
     Delete,
 }
@@ -173,6 +174,7 @@ struct BigWrite {
     version: Option<u64>,
     block: u32,
     page_crcs: Vec<u32>,
+    present: u64,
 }
 
 struct QueuedWrite {
@@ -199,9 +201,11 @@ enum DirtyKind {
         journal_offset_bytes: u64,
         page_crcs: Vec<u32>,
     },
+    /// The whole object in `block`, of which the pages in `present` hold data.
     Big {
         block: u32,
         page_crcs: Vec<u32>,
+        present: u64,
     },
     Delete,
 }
@@ -313,8 +317,8 @@ enum StateBase {
     Existing,
     /// A freshly allocated block: nothing written.
     Fresh,
-    /// A whole-object write with these checksums.
-    Whole(Vec<u32>),
+    /// A whole-object write with these checksums, of which the pages in the mask hold data.
+    Whole(Vec<u32>, u64),
 }
 
 #[derive(Debug, Clone, Copy)]

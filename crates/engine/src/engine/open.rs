@@ -382,7 +382,7 @@ impl<D: Disk> Engine<D> {
                 continue;
             }
             for (at, entry) in header.entries.iter().enumerate() {
-                let JournalEntryKind::Big { block } = entry.kind else { continue };
+                let JournalEntryKind::Big { block, .. } = entry.kind else { continue };
                 if self.index.get(entry.object).is_some_and(|clean| clean.version >= entry.version) {
                     continue; // Already written back.
                 }
@@ -474,7 +474,7 @@ impl<D: Disk> Engine<D> {
                         }
                     }
                 }
-                JournalEntryKind::Big { block } => {
+                JournalEntryKind::Big { block, .. } => {
                     if block >= g.block_count {
                         return Ok(RecordRead::Broken(format!("block {block} out of range")));
                     }
@@ -552,7 +552,7 @@ impl<D: Disk> Engine<D> {
             if reserves_block {
                 self.reserved_blocks += 1;
             }
-            if let JournalEntryKind::Big { block } = entry.kind {
+            if let JournalEntryKind::Big { block, .. } = entry.kind {
                 self.hold_block(block);
             }
             self.commit_entry(header.seq, data_offset_bytes, entry, reserves_block);

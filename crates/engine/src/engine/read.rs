@@ -9,6 +9,9 @@ use crate::layout::{page_crc, Geometry, MetaEntry, PAGE_SIZE_BYTES};
 use crate::meta_cache::{Lookup, Waiter};
 use crate::{EngineError, ObjectId, Reply};
 
+/// A whole-object write in the journal: its page checksums and the pages it holds.
+type JournaledWhole<'a> = (&'a [u32], u64);
+
 impl<D: Disk> Engine<D> {
     pub(super) fn start_read(&mut self, user_data: u64, object: ObjectId, offset_bytes: u32, length_bytes: u32) {
         let first_page = offset_bytes / PAGE_SIZE_BYTES;
@@ -16,15 +19,17 @@ impl<D: Disk> Engine<D> {
         // Resolve each page to where its newest committed data lives.
         let clean = self.index.get(object);
         let mut version = clean.map_or(0, |clean| clean.version);
-        let mut base: Option<(u32, Option<&[u32]>)> = clean.map(|clean| (clean.block, None));
+        // The block the pages not written since come from, with their checksums and the pages
+        // it holds when a whole-object write in the journal gave it (else its metadata says).
+        let mut base: Option<(u32, Option<JournaledWhole>)> = clean.map(|clean| (clean.block, None));
         let mut sources = vec![PageSource::Zero; page_count];
         let mut from_base = vec![true; page_count];
         if let Some(dirty) = self.dirty.get(&object) {
             for entry in &dirty.entries {
                 version = entry.version;
                 match &entry.kind {
-                    DirtyKind::Big { block, page_crcs } => {
-                        base = Some((*block, Some(page_crcs)));
+                    DirtyKind::Big { block, page_crcs, present } => {
+                        base = Some((*block, Some((page_crcs, *present))));
                         from_base.fill(true);
                     }
                     DirtyKind::Delete => {
@@ -55,9 +60,10 @@ impl<D: Disk> Engine<D> {
             }
             *source = match base {
                 None => PageSource::Zero,
+                Some((_, Some((_, present)))) if present & (1 << (first_page + at as u32)) == 0 => PageSource::Zero,
                 Some((block, crcs)) => {
                     let page = first_page + at as u32;
-                    let crc = crcs.map(|crcs| crcs[page as usize]);
+                    let crc = crcs.map(|(crcs, _)| crcs[page as usize]);
                     if crc.is_none() {
                         meta_needed = Some(self.geometry.meta_location(block).0).map(|page| (block, page));
                     }
@@ -195,7 +201,8 @@ impl<D: Disk> Engine<D> {
         self.complete(read.user_data, result);
     }
 
-    /// Checks every page against its checksum; unwritten pages become zeros.
+    /// Checks every page against its checksum; unwritten pages become zeros and are left out
+    /// of the pages present.
     fn verify_read(&self, read: &mut ReadOp) -> Result<Reply, EngineError> {
         if let Some(error) = read.error.take() {
             return Err(error);
@@ -209,6 +216,8 @@ impl<D: Disk> Engine<D> {
             // The index names a block whose entry is free: the index and disk disagree.
             return Err(EngineError::MetaCorrupt { object: read.object, block });
         }
+        let first_page = read.offset_bytes / PAGE_SIZE_BYTES;
+        let mut present = 0u64;
         for (at, source) in read.sources.iter().enumerate() {
             let page = &mut read.data[at * PAGE_USIZE..(at + 1) * PAGE_USIZE];
             let expected = match *source {
@@ -233,8 +242,10 @@ impl<D: Disk> Engine<D> {
                     offset_bytes: u64::from(read.offset_bytes) + at as u64 * PAGE,
                 });
             }
+            present |= 1 << (first_page + at as u32);
         }
-        Ok(Reply::Read { version: read.version, data: std::mem::replace(&mut read.data, AlignedBuffer::empty()) })
+        let data = std::mem::replace(&mut read.data, AlignedBuffer::empty());
+        Ok(Reply::Read { version: read.version, data, present })
     }
 
     pub(super) fn on_meta_load(&mut self, page: u32, buffer: AlignedBuffer, result: Result<(), DiskError>) {

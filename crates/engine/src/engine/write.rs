@@ -10,7 +10,7 @@ use super::{
     page_crcs, BigWrite, DirtyEntry, DirtyKind, Engine, Io, PendingEntry, PendingKind, QueuedWrite, RecordInFlight,
     RecordInfo, SealedEntry, SealedObject, PAGE,
 };
-use crate::layout::{JournalEntry, JournalEntryKind, RecordHeader, PAGE_SIZE_BYTES};
+use crate::layout::{all_pages, JournalEntry, JournalEntryKind, RecordHeader, PAGE_SIZE_BYTES};
 use crate::{changes, EngineError, ObjectId, Reply, Request};
 
 /// Largest journal record one group commit writes.
@@ -37,7 +37,9 @@ impl<D: Disk> Engine<D> {
 
     pub(super) fn admit_write(&mut self, user_data: u64, request: Request, version: Option<u64>) {
         let object = match &request {
-            Request::Write { object, .. } | Request::Delete { object } => *object,
+            Request::Write { object, .. } | Request::ReplaceVersioned { object, .. } | Request::Delete { object } => {
+                *object
+            }
             _ => unreachable!(),
         };
         if let Some(reason) = &self.poisoned {
@@ -58,27 +60,40 @@ impl<D: Disk> Engine<D> {
     /// Starts a write whose object has nothing queued ahead of it.
     fn start_write(&mut self, queued: QueuedWrite) {
         let QueuedWrite { write_seq, user_data, object, version, request } = queued;
-        let kind = match request {
-            Request::Delete { .. } => PendingKind::Delete,
-            Request::Write { offset_bytes, data, .. } => {
-                let page_crcs = page_crcs(&data);
-                let whole = offset_bytes == 0 && data.len() == self.geometry.object_size_bytes as usize;
-                // A whole-object write goes to a fresh block when one is free; otherwise through
-                // the journal, which needs no new block when the object already has one.
-                if whole {
-                    if let Some(block) = self.allocate_block(false) {
-                        self.object_queues.insert(object, VecDeque::new());
-                        self.big_writes
-                            .insert(write_seq, BigWrite { write_seq, user_data, object, version, block, page_crcs });
-                        let offset = self.geometry.block_offset_bytes(block);
-                        self.submit_io(Io::BigData { write: write_seq }, DiskOp::Write, offset, data);
-                        return;
-                    }
-                }
-                PendingKind::Small { offset_pages: offset_bytes / PAGE_SIZE_BYTES, data, page_crcs }
+        let all = all_pages(self.geometry.pages_per_object());
+        let (offset_bytes, data, present) = match request {
+            Request::Delete { .. } => {
+                return self.push_pending(PendingEntry {
+                    write_seq,
+                    user_data,
+                    object,
+                    version,
+                    kind: PendingKind::Delete,
+                })
             }
+            Request::Write { offset_bytes, data, .. } => (offset_bytes, data, all),
+            Request::ReplaceVersioned { data, present, .. } => (0, data, present),
             _ => unreachable!(),
         };
+        let page_crcs = page_crcs(&data);
+        let whole = offset_bytes == 0 && data.len() == self.geometry.object_size_bytes as usize;
+        // A whole-object write goes to a fresh block when one is free; otherwise through the
+        // journal, which needs no new block when the object already has one. A replace of some
+        // pages only cannot go through the journal, which would leave the object's other pages.
+        if whole {
+            if let Some(block) = self.allocate_block(false) {
+                self.object_queues.insert(object, VecDeque::new());
+                let big = BigWrite { write_seq, user_data, object, version, block, page_crcs, present };
+                self.big_writes.insert(write_seq, big);
+                let offset = self.geometry.block_offset_bytes(block);
+                self.submit_io(Io::BigData { write: write_seq }, DiskOp::Write, offset, data);
+                return;
+            }
+        }
+        if present != all {
+            return self.finish_write(write_seq, user_data, Err(EngineError::NoSpace { object }));
+        }
+        let kind = PendingKind::Small { offset_pages: offset_bytes / PAGE_SIZE_BYTES, data, page_crcs };
         self.push_pending(PendingEntry { write_seq, user_data, object, version, kind });
     }
 
@@ -90,7 +105,7 @@ impl<D: Disk> Engine<D> {
                 user_data: big.user_data,
                 object: big.object,
                 version: big.version,
-                kind: PendingKind::Big { block: big.block, page_crcs: big.page_crcs },
+                kind: PendingKind::Big { block: big.block, page_crcs: big.page_crcs, present: big.present },
             }),
             Err(error) => {
                 // Nothing references the block; the engine stays consistent.
@@ -239,7 +254,9 @@ impl<D: Disk> Engine<D> {
                     datas.push(data);
                     (kind, page_crcs, reserves_block, true)
                 }
-                PendingKind::Big { block, page_crcs } => (JournalEntryKind::Big { block }, page_crcs, false, true),
+                PendingKind::Big { block, page_crcs, present } => {
+                    (JournalEntryKind::Big { block, present }, page_crcs, false, true)
+                }
                 PendingKind::Delete => (JournalEntryKind::Delete, Vec::new(), false, false),
             };
             self.sealed_objects.insert(object, SealedObject { version, has_block, record_seq: seq });
@@ -353,7 +370,7 @@ impl<D: Disk> Engine<D> {
                         if sealed.reserves_block {
                             self.reserved_blocks -= 1;
                         }
-                        if let JournalEntryKind::Big { block } = sealed.entry.kind {
+                        if let JournalEntryKind::Big { block, .. } = sealed.entry.kind {
                             self.release_block(block);
                         }
                         self.finish_write(
@@ -407,7 +424,9 @@ impl<D: Disk> Engine<D> {
                 journal_offset_bytes: data_offset_bytes + u64::from(data_offset_pages) * PAGE,
                 page_crcs: entry.page_crcs.clone(),
             },
-            JournalEntryKind::Big { block } => DirtyKind::Big { block, page_crcs: entry.page_crcs.clone() },
+            JournalEntryKind::Big { block, present } => {
+                DirtyKind::Big { block, page_crcs: entry.page_crcs.clone(), present }
+            }
             JournalEntryKind::Delete => DirtyKind::Delete,
         };
         // A deleted object's version stays known while replay could read its delete, but it
@@ -421,6 +440,15 @@ impl<D: Disk> Engine<D> {
             DirtyKind::Small { offset_pages, page_crcs, .. } => {
                 let mask = changes::page_mask(*offset_pages, page_crcs.len() as u32);
                 self.changes.record_write(entry.object, previous, entry.version, mask);
+            }
+            // A copy of some pages only onto an object that held others would leave those absent,
+            // which "these pages changed" cannot say: the chain starts again after it.
+            DirtyKind::Big { present, .. } if *present != all_pages(self.geometry.pages_per_object()) => {
+                if previous == changes::ABSENT {
+                    self.changes.record_write(entry.object, previous, entry.version, *present);
+                } else {
+                    self.changes.forget(entry.object);
+                }
             }
             DirtyKind::Big { .. } => {
                 let mask = changes::page_mask(0, self.geometry.pages_per_object());

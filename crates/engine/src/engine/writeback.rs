@@ -193,7 +193,7 @@ impl<D: Disk> Engine<D> {
         let mut changed = false;
         for (position, entry) in dirty.entries[..consumed].iter().enumerate() {
             match &entry.kind {
-                DirtyKind::Big { block, page_crcs } => {
+                DirtyKind::Big { block, page_crcs, present } => {
                     if let Some(state) = &state {
                         if Some(state.block) != old.map(|old| old.block) {
                             freed.push(state.block); // A block given by an earlier entry of this job.
@@ -202,7 +202,7 @@ impl<D: Disk> Engine<D> {
                     state = Some(NewState {
                         block: *block,
                         version: entry.version,
-                        base: StateBase::Whole(page_crcs.clone()),
+                        base: StateBase::Whole(page_crcs.clone(), *present),
                         updates: BTreeMap::new(),
                     });
                     changed = true;
@@ -569,7 +569,7 @@ impl<D: Disk> Engine<D> {
             let slot = &mut self.meta_cache.get_mut(page)[at..at + entry_size];
             let (mut bitmap, mut crcs) = match &new.base {
                 StateBase::Fresh => (0u64, vec![0u32; g.pages_per_object() as usize]),
-                StateBase::Whole(crcs) => (full_bitmap(g.pages_per_object()), crcs.clone()),
+                StateBase::Whole(crcs, present) => (*present, crcs.clone()),
                 StateBase::Existing => match MetaEntry::decode(slot, g.pages_per_object()) {
                     Ok(Some(entry)) if entry.object == writeback.object => (entry.page_bitmap, entry.page_crcs),
                     _ => {
@@ -713,12 +713,4 @@ fn concat_pages(pages: &[&[u8]]) -> AlignedBuffer {
         buffer[index * PAGE_USIZE..(index + 1) * PAGE_USIZE].copy_from_slice(page);
     }
     buffer
-}
-
-fn full_bitmap(pages: u32) -> u64 {
-    if pages == 64 {
-        u64::MAX
-    } else {
-        (1u64 << pages) - 1
-    }
 }

@@ -106,7 +106,7 @@ pub fn execute<D: Disk>(engine: &mut Engine<D>, request: Request) -> Result<Repl
 
 pub fn read<D: Disk>(engine: &mut Engine<D>, object: ObjectId, offset_bytes: u32, length_bytes: u32) -> (u64, Vec<u8>) {
     match execute(engine, Request::Read { object, offset_bytes, length_bytes }) {
-        Ok(Reply::Read { version, data }) => (version, data.to_vec()),
+        Ok(Reply::Read { version, data, .. }) => (version, data.to_vec()),
         other => panic!("read of {object} at offset_bytes={offset_bytes} failed: {other:?}"),
     }
 }

@@ -504,7 +504,7 @@ impl Osd {
         length_bytes: u32,
     ) -> Result<(u64, Bytes), OpError> {
         match self.engine.submit(EngineRequest::Read { object, offset_bytes, length_bytes }).await? {
-            Reply::Read { version, data } => Ok((version, Bytes::from_owner(BufferBytes(data)))),
+            Reply::Read { version, data, .. } => Ok((version, Bytes::from_owner(BufferBytes(data)))),
             other => unreachable!("the engine answered a read with {other:?}"),
         }
     }
