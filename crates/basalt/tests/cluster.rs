@@ -222,12 +222,17 @@ async fn check_replicas(meta_url: &str, volume: &client::Volume, model: &[u8], s
             };
             let reply = connections[&address].call(state.epoch, request).await.expect("ObjectInfo");
             match reply.response {
-                wire::Response::ObjectInfo { version, data_crc32c } => seen.push((*osd, version, data_crc32c)),
+                wire::Response::ObjectInfo { version, data_crc32c, present } => {
+                    seen.push((*osd, version, data_crc32c, present))
+                }
                 other => panic!("ObjectInfo of stripe {stripe} on osd.{osd}: {other:?}"),
             }
         }
-        let (_, version, crc) = seen[0];
-        assert!(seen.iter().all(|&(_, v, c)| v == version && c == crc), "stripe {stripe}: replicas differ: {seen:?}");
+        let (_, version, crc, present) = seen[0];
+        assert!(
+            seen.iter().all(|&(_, v, c, p)| v == version && c == crc && p == present),
+            "stripe {stripe}: replicas differ: {seen:?}"
+        );
         assert_eq!(crc, expected_crc, "stripe {stripe}: replicas hold bytes the client did not write");
     }
 }

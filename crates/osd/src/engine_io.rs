@@ -125,7 +125,10 @@ impl EngineIo {
             .borrow_mut()
             .insert(Slot { state: SlotState::Waiting(None), write_of: None })
             .unwrap_or_else(|_| panic!("more than {ENGINE_OPS_IN_FLIGHT_MAX} engine requests in flight"));
-        if let Request::Write { object, .. } | Request::WriteVersioned { object, .. } = &request {
+        if let Request::Write { object, .. }
+        | Request::WriteVersioned { object, .. }
+        | Request::ReplaceVersioned { object, .. } = &request
+        {
             self.objects.borrow_mut().write_started(*object);
             self.slots.borrow_mut().get_mut(user_data).expect("inserted above").write_of = Some(*object);
         }

@@ -27,6 +27,7 @@ mod locks;
 mod objects_by_pg;
 mod ops;
 mod pacer;
+mod pages;
 mod peer_watch;
 mod peers;
 mod pg;

@@ -15,13 +15,18 @@ pub enum PlantedBug {
     /// holds at an older version: the member keeps stale copies, which only a read after a
     /// failover, or a comparison of the replicas, sees.
     CatchUpSkipsStaleCopies,
+    /// A whole copy to a member (recovery, backfill, peering) sends every page as holding data:
+    /// the member holds zeros written where the object holds no page, which a layer would read
+    /// instead of falling through to its parent.
+    CopyDropsThePageMask,
 }
 
 impl PlantedBug {
     /// Every bug, with the name a replay names it by.
-    pub const ALL: [(PlantedBug, &'static str); 2] = [
+    pub const ALL: [(PlantedBug, &'static str); 3] = [
         (PlantedBug::AckBeforeReplicas, "ack-before-replicas"),
         (PlantedBug::CatchUpSkipsStaleCopies, "catch-up-skips-stale-copies"),
+        (PlantedBug::CopyDropsThePageMask, "copy-drops-the-page-mask"),
     ];
 
     pub fn name(self) -> &'static str {

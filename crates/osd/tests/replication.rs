@@ -36,7 +36,10 @@ fn replicated_writes_are_on_every_member_and_read_back() {
     assert_eq!(reply.epoch, 1);
 
     let infos: Vec<Response> = (1..=3).map(|osd| object_info(&cluster, osd, pg, object)).collect();
-    let Response::ObjectInfo { version, data_crc32c } = infos[0] else { panic!("object info: {:?}", infos[0]) };
+    let Response::ObjectInfo { version, data_crc32c, present } = infos[0] else {
+        panic!("object info: {:?}", infos[0])
+    };
+    assert_eq!(present, 0b110, "the pages written, and no other");
     assert_eq!(version, 1 << 40, "the first version of epoch 1");
     let mut expected = vec![0u8; OBJECT_SIZE as usize];
     expected[4096..4096 + 8192].copy_from_slice(&data);

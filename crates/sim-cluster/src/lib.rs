@@ -25,7 +25,8 @@
 //!   clients run.
 //! - `settle.rs`: every PG clean on its target set within a bound once the faults stop.
 //! - `replicas.rs`: then every copy of every object identical, before and after a scrub;
-//!   `images.rs`: and identical in the disk images, opened with the engine, not asked of the OSDs.
+//!   `images.rs`: and identical in the disk images, opened with the engine, not asked of the OSDs,
+//!   which hold what each OSD lists (`listings.rs`).
 //! - `pause.rs`: a node paused as SIGSTOP pauses a process.
 //! - `history.rs`: what each block may read as, and the violations.
 //! - `commits.rs`: the invariants of the metadata store's commits (epochs, PG histories).
@@ -47,6 +48,7 @@ mod faults;
 mod gateway;
 mod history;
 mod images;
+mod listings;
 pub mod log;
 mod membership;
 mod nbd_client;

@@ -30,7 +30,13 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// One member's answer about its copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Copy {
-    Held { version: u64, crc32c: u32 },
+    /// The pages present count: a page of zeros written is not a page never written, which a
+    /// layer reads through to its parent.
+    Held {
+        version: u64,
+        crc32c: u32,
+        present: u64,
+    },
     Missing,
     Corrupt,
     Other(String),
@@ -116,7 +122,9 @@ async fn ask(
     }
     match tokio::time::timeout(CALL_TIMEOUT, connections[&osd].call(epoch, request)).await {
         Ok(Ok(reply)) => match reply.response {
-            Response::ObjectInfo { version, data_crc32c } => Copy::Held { version, crc32c: data_crc32c },
+            Response::ObjectInfo { version, data_crc32c, present } => {
+                Copy::Held { version, crc32c: data_crc32c, present }
+            }
             Response::Failed { status: Status::NoSuchObject, .. } => Copy::Missing,
             Response::Failed { status: Status::Corrupt, .. } => Copy::Corrupt,
             other => Copy::Other(format!("{other:?}")),

@@ -22,7 +22,7 @@ use crate::history::{contents, Address, BLOCK_BYTES};
 use crate::nbd_client::NbdClient;
 use crate::scenarios::{self, Stage};
 use crate::SimOptions;
-use crate::{faults, images, membership, replicas, scrubs, settle};
+use crate::{faults, images, listings, membership, replicas, scrubs, settle};
 
 pub(crate) fn volume_name(index: usize) -> String {
     format!("vol{index}")
@@ -183,12 +183,16 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         replicas::check(store, options, rotted.as_deref(), run).await;
         let views = SimNet::on_node("checker", settle::pg_views(store)).await;
         match (cluster_watch::load(store.as_ref()).await, views) {
-            (Ok(map), Ok((views, _))) => match images::compare(nodes, &map, &views, options) {
-                Ok((objects, skipped)) => run.record(format_args!(
-                    "disk images: replicas of {objects} objects identical ({skipped} in PGs not settled when asked)"
-                )),
-                Err(violation) => run.violation(violation),
-            },
+            (Ok(map), Ok((views, _))) => {
+                let listed = SimNet::on_node("checker", listings::gather(&map, &views)).await;
+                match listed.and_then(|listed| images::compare(nodes, &map, &views, &listed, options)) {
+                    Ok((objects, skipped)) => run.record(format_args!(
+                        "disk images: replicas of {objects} objects identical, listings as held ({skipped} in PGs \
+                         not settled when asked)"
+                    )),
+                    Err(violation) => run.violation(violation),
+                }
+            }
             (Err(error), _) => run.violation(format!("loading the map for the disk images: {error}")),
             (_, Err(error)) => run.violation(format!("the PGs' states for the disk images: {error}")),
         }

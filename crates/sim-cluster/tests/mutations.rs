@@ -33,3 +33,8 @@ fn a_primary_that_acknowledges_before_its_replicas_is_caught() {
 fn a_catch_up_that_skips_stale_copies_is_caught() {
     caught_within(PlantedBug::CatchUpSkipsStaleCopies, 50);
 }
+
+#[test]
+fn a_copy_that_drops_the_page_mask_is_caught() {
+    caught_within(PlantedBug::CopyDropsThePageMask, 150);
+}

@@ -37,6 +37,9 @@ pub enum Opcode {
     /// Secondary: bring one object from the version the member holds to a newer one by writing
     /// only the pages that changed in between (catch-up).
     SecWritePages = 20,
+    /// Secondary: replace the member's copy of one object, whatever it holds, with a version of
+    /// which only the pages sent hold data (a whole copy that keeps which pages the object holds).
+    SecReplace = 21,
     /// Admin: the version and data checksum of one object (replica comparison).
     ObjectInfo = 32,
     /// Admin: liveness check and round-trip measurement.
@@ -51,7 +54,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 16] = [
+    pub const ALL: [Opcode; 17] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
@@ -63,6 +66,7 @@ impl Opcode {
         Opcode::SecDelete,
         Opcode::SecList,
         Opcode::SecWritePages,
+        Opcode::SecReplace,
         Opcode::ObjectInfo,
         Opcode::Ping,
         Opcode::Space,
@@ -81,7 +85,15 @@ impl Opcode {
 
     /// True for OSD-to-OSD ops, which only a PG's primary may send.
     pub fn is_secondary(self) -> bool {
-        matches!(self, Opcode::SecRead | Opcode::SecWrite | Opcode::SecDelete | Opcode::SecList | Opcode::SecWritePages)
+        matches!(
+            self,
+            Opcode::SecRead
+                | Opcode::SecWrite
+                | Opcode::SecDelete
+                | Opcode::SecList
+                | Opcode::SecWritePages
+                | Opcode::SecReplace
+        )
     }
 }
 

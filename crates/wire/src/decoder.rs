@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn unsupported_version() {
-        for version in [0u16, 2, u16::MAX] {
+        for version in [0u16, 1, 3, u16::MAX] {
             let mut bytes = sample(Opcode::Read, false);
             set(&mut bytes, field_offset::VERSION, &version.to_le_bytes());
             check(&bytes, LIMIT, Err(DecodeError::UnsupportedVersion { version }));
@@ -326,7 +326,7 @@ mod tests {
     #[test]
     fn reply_body_too_short() {
         for (opcode, size_min_bytes) in
-            [(Opcode::SecRead, 8u64), (Opcode::ObjectInfo, 12), (Opcode::SecList, 4), (Opcode::Stat, 8)]
+            [(Opcode::SecRead, 16u64), (Opcode::ObjectInfo, 20), (Opcode::SecList, 4), (Opcode::Stat, 8)]
         {
             let mut bytes = sample(opcode, true);
             bytes.truncate(HEADER_SIZE_BYTES + size_min_bytes as usize - 1);
@@ -375,6 +375,7 @@ mod tests {
             (Opcode::Write, false),
             (Opcode::SecWrite, false),
             (Opcode::SecWritePages, false),
+            (Opcode::SecReplace, false),
             (Opcode::Read, true),
             (Opcode::SecRead, true),
         ];

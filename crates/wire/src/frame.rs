@@ -225,6 +225,17 @@ pub enum Request {
         page_mask: u64,
         data: Bytes,
     },
+    /// Replaces the member's copy of `object`, whatever version it holds (or none), with
+    /// `version`, of which the pages set in `page_mask` hold `data` (in page order) and the others
+    /// hold nothing: they read as zeros and count as never written, so a layer's reads fall
+    /// through them to its parent.
+    SecReplace {
+        pg: PgId,
+        object: ObjectId,
+        version: u64,
+        page_mask: u64,
+        data: Bytes,
+    },
     /// Lists at most `count_max` objects of the PG from `start` on, in `(inode, stripe)` order.
     /// A reply with fewer than `count_max` entries is the last; otherwise ask again from the
     /// successor of the last entry.
@@ -264,8 +275,11 @@ pub enum Response {
     WriteZeroes,
     Trim,
     Flush,
+    /// `present`: the pages read that the object holds (bit `i`: page `i` of the object); the
+    /// others read as zeros because no write gave them data.
     SecRead {
         version: u64,
+        present: u64,
         data: Bytes,
     },
     SecWrite,
@@ -274,10 +288,13 @@ pub enum Response {
         entries: Vec<ListEntry>,
     },
     SecWritePages,
-    /// `data_crc32c` covers the object's whole `object_size` bytes, unwritten ranges as zeros.
+    SecReplace,
+    /// `data_crc32c` covers the object's whole `object_size` bytes, unwritten ranges as zeros;
+    /// `present` names the pages that hold data, which the checksum cannot tell from zeros.
     ObjectInfo {
         version: u64,
         data_crc32c: u32,
+        present: u64,
     },
     Ping,
     Stat {
@@ -348,6 +365,7 @@ impl Request {
             Request::SecDelete { .. } => Opcode::SecDelete,
             Request::SecList { .. } => Opcode::SecList,
             Request::SecWritePages { .. } => Opcode::SecWritePages,
+            Request::SecReplace { .. } => Opcode::SecReplace,
             Request::ObjectInfo { .. } => Opcode::ObjectInfo,
             Request::Ping => Opcode::Ping,
             Request::Space => Opcode::Space,
@@ -369,6 +387,7 @@ impl Request {
             | Request::SecDelete { pg, .. }
             | Request::SecList { pg, .. }
             | Request::SecWritePages { pg, .. }
+            | Request::SecReplace { pg, .. }
             | Request::ObjectInfo { pg, .. }
             | Request::Stat { pg, .. } => Some(pg),
             Request::Flush | Request::Ping | Request::Space | Request::PgStates | Request::VolumeRedundancy { .. } => {
@@ -391,6 +410,7 @@ impl Response {
             Response::SecDelete => Opcode::SecDelete,
             Response::SecList { .. } => Opcode::SecList,
             Response::SecWritePages => Opcode::SecWritePages,
+            Response::SecReplace => Opcode::SecReplace,
             Response::ObjectInfo { .. } => Opcode::ObjectInfo,
             Response::Ping => Opcode::Ping,
             Response::Space { .. } => Opcode::Space,
@@ -540,6 +560,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
         Opcode::SecDelete => PG + OBJECT + 8,
         Opcode::SecList => PG + OBJECT + 4,
         Opcode::SecWritePages => PG + OBJECT + 8 + 8 + 8,
+        Opcode::SecReplace => PG + OBJECT + 8 + 8,
         Opcode::ObjectInfo | Opcode::Stat => PG + OBJECT,
     }
 }
@@ -547,8 +568,8 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
 /// Bytes of an `Ok` reply body before its data (or its entries, for SecList).
 fn reply_fields_size_bytes(response: &Response) -> usize {
     match response {
-        Response::SecRead { .. } => 8,
-        Response::ObjectInfo { .. } => 8 + 4,
+        Response::SecRead { .. } => 8 + 8,
+        Response::ObjectInfo { .. } => 8 + 4 + 8,
         Response::Stat { .. } => 8,
         Response::Space { .. } => 24,
         Response::SecList { .. } => 4,
@@ -561,7 +582,10 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
 
 fn request_data(request: &Request) -> &[u8] {
     match request {
-        Request::Write { data, .. } | Request::SecWrite { data, .. } | Request::SecWritePages { data, .. } => data,
+        Request::Write { data, .. }
+        | Request::SecWrite { data, .. }
+        | Request::SecWritePages { data, .. }
+        | Request::SecReplace { data, .. } => data,
         _ => &[],
     }
 }
@@ -622,6 +646,13 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
             put_u64(out, *page_mask);
             out.extend_from_slice(data);
         }
+        Request::SecReplace { pg, object, version, page_mask, data } => {
+            put_pg(out, *pg);
+            put_object(out, *object);
+            put_u64(out, *version);
+            put_u64(out, *page_mask);
+            out.extend_from_slice(data);
+        }
         Request::ObjectInfo { pg, object } | Request::Stat { pg, object } => {
             put_pg(out, *pg);
             put_object(out, *object);
@@ -639,9 +670,11 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
         | Response::SecWrite
         | Response::SecDelete
         | Response::SecWritePages
+        | Response::SecReplace
         | Response::Ping => {}
-        Response::SecRead { version, data } => {
+        Response::SecRead { version, present, data } => {
             put_u64(out, *version);
+            put_u64(out, *present);
             out.extend_from_slice(data);
         }
         Response::SecList { entries } => {
@@ -652,9 +685,10 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
                 put_u64(out, entry.version);
             }
         }
-        Response::ObjectInfo { version, data_crc32c } => {
+        Response::ObjectInfo { version, data_crc32c, present } => {
             put_u64(out, *version);
             put_u32(out, *data_crc32c);
+            put_u64(out, *present);
         }
         Response::Stat { version } => put_u64(out, *version),
         Response::Space { used_bytes, total_bytes, object_count } => {
@@ -734,6 +768,13 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
             page_mask: reader.u64()?,
             data: reader.rest(),
         },
+        Opcode::SecReplace => Request::SecReplace {
+            pg: reader.pg()?,
+            object: reader.object()?,
+            version: reader.u64()?,
+            page_mask: reader.u64()?,
+            data: reader.rest(),
+        },
         Opcode::ObjectInfo => Request::ObjectInfo { pg: reader.pg()?, object: reader.object()? },
         Opcode::Ping => Request::Ping,
         Opcode::Space => Request::Space,
@@ -751,12 +792,13 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
         Opcode::Trim => Response::Trim,
         Opcode::Flush => Response::Flush,
         Opcode::SecRead => {
-            reader.require(8)?;
-            Response::SecRead { version: reader.u64()?, data: reader.rest() }
+            reader.require(16)?;
+            Response::SecRead { version: reader.u64()?, present: reader.u64()?, data: reader.rest() }
         }
         Opcode::SecWrite => Response::SecWrite,
         Opcode::SecDelete => Response::SecDelete,
         Opcode::SecWritePages => Response::SecWritePages,
+        Opcode::SecReplace => Response::SecReplace,
         Opcode::SecList => {
             reader.require(4)?;
             let count = reader.u32()?;
@@ -769,8 +811,8 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
             Response::SecList { entries }
         }
         Opcode::ObjectInfo => {
-            reader.require(12)?;
-            Response::ObjectInfo { version: reader.u64()?, data_crc32c: reader.u32()? }
+            reader.require(20)?;
+            Response::ObjectInfo { version: reader.u64()?, data_crc32c: reader.u32()?, present: reader.u64()? }
         }
         Opcode::Ping => Response::Ping,
         Opcode::Space => {

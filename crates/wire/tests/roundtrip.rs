@@ -60,6 +60,9 @@ fn request() -> impl Strategy<Value = Request> {
                 data
             }
         ),
+        (pg(), object(), any::<u64>(), any::<u64>(), data()).prop_map(|(pg, object, version, page_mask, data)| {
+            Request::SecReplace { pg, object, version, page_mask, data }
+        }),
         (pg(), object(), any::<u32>()).prop_map(|(pg, start, count_max)| Request::SecList { pg, start, count_max }),
         (pg(), object()).prop_map(|(pg, object)| Request::ObjectInfo { pg, object }),
         (pg(), object()).prop_map(|(pg, object)| Request::Stat { pg, object }),
@@ -87,14 +90,20 @@ fn response() -> impl Strategy<Value = Response> {
         Just(Response::WriteZeroes),
         Just(Response::Trim),
         Just(Response::Flush),
-        (any::<u64>(), data()).prop_map(|(version, data)| Response::SecRead { version, data }),
+        (any::<u64>(), any::<u64>(), data()).prop_map(|(version, present, data)| Response::SecRead {
+            version,
+            present,
+            data
+        }),
         Just(Response::SecWrite),
         Just(Response::SecDelete),
         Just(Response::SecWritePages),
+        Just(Response::SecReplace),
         vec((object(), any::<u64>()), 0..300).prop_map(|entries| Response::SecList {
             entries: entries.into_iter().map(|(object, version)| ListEntry { object, version }).collect()
         }),
-        (any::<u64>(), any::<u32>()).prop_map(|(version, data_crc32c)| Response::ObjectInfo { version, data_crc32c }),
+        (any::<u64>(), any::<u32>(), any::<u64>())
+            .prop_map(|(version, data_crc32c, present)| { Response::ObjectInfo { version, data_crc32c, present } }),
         any::<u64>().prop_map(|version| Response::Stat { version }),
         Just(Response::Ping),
         (any::<u64>(), any::<u64>())
@@ -293,7 +302,7 @@ fn largest_frames_round_trip() {
         Frame::request(1, 1, Request::Write { pg, inode: 5, offset_bytes: 0, data: data.clone() }),
         Frame::request(2, 1, Request::SecWrite { pg, object, version: 6, offset_bytes: 0, data: data.clone() }),
         Frame::response(3, 1, Response::Read { data: data.clone() }),
-        Frame::response(4, 1, Response::SecRead { version: 7, data }),
+        Frame::response(4, 1, Response::SecRead { version: 7, present: 1, data }),
         Frame::response(5, 1, Response::SecList { entries }),
     ];
     for frame in &frames {

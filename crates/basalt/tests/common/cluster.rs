@@ -257,9 +257,9 @@ pub fn replicas_equal() {
             for entry in entries {
                 let request = wire::Request::ObjectInfo { pg: id, object: entry.object };
                 match call(&address(osd), epoch, request) {
-                    wire::Response::ObjectInfo { version, data_crc32c } => {
+                    wire::Response::ObjectInfo { version, data_crc32c, present } => {
                         assert_eq!(version, entry.version);
-                        objects.push((entry.object, version, data_crc32c));
+                        objects.push((entry.object, version, data_crc32c, present));
                     }
                     other => panic!("osd.{osd}: object info of {:?}: {other:?}", entry.object),
                 }

@@ -73,6 +73,7 @@ impl Role {
             | Request::Trim { .. } => Role::Primary,
             Request::SecWrite { .. }
             | Request::SecWritePages { .. }
+            | Request::SecReplace { .. }
             | Request::SecDelete { .. }
             | Request::SecRead { .. }
             | Request::SecList { .. } => Role::Secondary,
@@ -148,7 +149,10 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
             if !view.members.contains(&osd.id)
                 && matches!(
                     request,
-                    Request::SecWrite { .. } | Request::SecWritePages { .. } | Request::SecDelete { .. }
+                    Request::SecWrite { .. }
+                        | Request::SecWritePages { .. }
+                        | Request::SecReplace { .. }
+                        | Request::SecDelete { .. }
                 ) =>
         {
             return Err(OpError::InvalidArgument(format!(
@@ -177,7 +181,21 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
         Request::SecWritePages { object, base_version, version, page_mask, ref data, .. } => {
             let object = check_object(view, object)?;
             check_version(version, epoch)?;
-            check_pages(osd.object_size_bytes, base_version, version, page_mask, data.len())?;
+            if page_mask == 0 {
+                return Err(OpError::InvalidArgument("a SecWritePages names no page".into()));
+            }
+            check_pages(osd.object_size_bytes, page_mask, data.len())?;
+            if base_version >= version {
+                return Err(OpError::InvalidArgument(format!(
+                    "base version {base_version:#x} is not older than version {version:#x}"
+                )));
+            }
+            Some((object, 0))
+        }
+        Request::SecReplace { object, version, page_mask, ref data, .. } => {
+            let object = check_object(view, object)?;
+            check_version(version, epoch)?;
+            check_pages(osd.object_size_bytes, page_mask, data.len())?;
             Some((object, 0))
         }
         Request::SecDelete { object, version, .. } => {
@@ -288,22 +306,13 @@ fn locate(
     Ok((object, offset_in_object))
 }
 
-/// A primary of epoch `epoch` mints versions below `(epoch + 1) << 40` (`cluster::mint_version`);
-/// a higher one is a bug or hostile, and storing it would let a later mint overflow.
-/// A SecWritePages' pages: a non-empty mask of the object's pages, one page of data for each,
-/// on top of an older version.
-fn check_pages(
-    object_size_bytes: u32,
-    base_version: u64,
-    version: u64,
-    page_mask: u64,
-    data_bytes: usize,
-) -> Result<(), OpError> {
+/// A page mask within the object, with one page of data for each of its bits.
+fn check_pages(object_size_bytes: u32, page_mask: u64, data_bytes: usize) -> Result<(), OpError> {
     let pages = object_size_bytes / PAGE_SIZE_BYTES;
     let outside = if pages >= 64 { 0 } else { page_mask >> pages };
-    if page_mask == 0 || outside != 0 {
+    if outside != 0 {
         return Err(OpError::InvalidArgument(format!(
-            "page mask {page_mask:#x} names no page or one past the object's {pages}"
+            "page mask {page_mask:#x} names a page past the object's {pages}"
         )));
     }
     let expected = page_mask.count_ones() as usize * PAGE_SIZE_BYTES as usize;
@@ -313,14 +322,11 @@ fn check_pages(
             page_mask.count_ones()
         )));
     }
-    if base_version >= version {
-        return Err(OpError::InvalidArgument(format!(
-            "base version {base_version:#x} is not older than version {version:#x}"
-        )));
-    }
     Ok(())
 }
 
+/// A primary of epoch `epoch` mints versions below `(epoch + 1) << 40` (`cluster::mint_version`);
+/// a higher one is a bug or hostile, and storing it would let a later mint overflow.
 fn check_version(version: u64, epoch: u64) -> Result<(), OpError> {
     if version == 0 || version >> VERSION_COUNTER_BITS > epoch {
         return Err(OpError::InvalidArgument(format!(
@@ -502,6 +508,19 @@ mod tests {
         assert_eq!(check_pages(pages(0b1, 1, EPOCH << 40)), Some(Status::InvalidArgument));
         // Only members take them.
         assert_eq!(check(13, true, Some(view(2)), EPOCH, pages(0b1, 1, 5)), Some(Status::InvalidArgument));
+        // A replace may name no page (a copy of an object that holds none), nothing else.
+        let replace = |page_mask: u64, pages: usize| Request::SecReplace {
+            pg: pg_id(2),
+            object: object_in(2),
+            version: EPOCH << 40,
+            page_mask,
+            data: Bytes::from(vec![0; pages * 4096]),
+        };
+        assert_eq!(check_pages(replace(0, 0)), Some(Status::Ok));
+        assert_eq!(check_pages(replace(0b101, 2)), Some(Status::Ok));
+        assert_eq!(check_pages(replace(1 << 32, 1)), Some(Status::InvalidArgument));
+        assert_eq!(check_pages(replace(0b11, 1)), Some(Status::InvalidArgument));
+        assert_eq!(check(13, true, Some(view(2)), EPOCH, replace(0b1, 1)), Some(Status::InvalidArgument));
     }
 
     #[test]

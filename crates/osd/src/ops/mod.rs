@@ -416,6 +416,9 @@ impl Osd {
             Request::SecWritePages { base_version, version, page_mask, data, .. } => {
                 self.sec_write_pages(object().0, base_version, version, page_mask, &data).await
             }
+            Request::SecReplace { version, page_mask, data, .. } => {
+                self.sec_replace(object().0, version, page_mask, &data).await
+            }
             Request::SecDelete { version, .. } => self.sec_delete(object().0, version).await,
             Request::SecRead { length_bytes, .. } => {
                 let (object, offset) = object();
@@ -483,14 +486,18 @@ impl Osd {
         }
     }
 
-    /// The version and crc32c of a whole object (unwritten ranges read as zeros).
+    /// The version, crc32c (unwritten ranges read as zeros) and pages present of a whole object.
     async fn object_info(&self, object: ObjectId) -> Result<Response, OpError> {
         let _object = self.locks.read(object).await;
         if !self.object_exists(object) {
             return Err(OpError::NoSuchObject);
         }
-        let (version, data) = self.read(object, 0, self.object_size_bytes).await?;
-        Ok(Response::ObjectInfo { version, data_crc32c: crc32c::crc32c(&data) })
+        let read = self.read(object, 0, self.object_size_bytes).await?;
+        Ok(Response::ObjectInfo {
+            version: read.version,
+            data_crc32c: crc32c::crc32c(&read.data),
+            present: read.present,
+        })
     }
 
     pub(crate) fn object_exists(&self, object: ObjectId) -> bool {
@@ -502,12 +509,24 @@ impl Osd {
         object: ObjectId,
         offset_bytes: u32,
         length_bytes: u32,
-    ) -> Result<(u64, Bytes), OpError> {
+    ) -> Result<ObjectRead, OpError> {
         match self.engine.submit(EngineRequest::Read { object, offset_bytes, length_bytes }).await? {
-            Reply::Read { version, data, .. } => Ok((version, Bytes::from_owner(BufferBytes(data)))),
+            Reply::Read { version, data, present } => {
+                Ok(ObjectRead { version, present, data: Bytes::from_owner(BufferBytes(data)) })
+            }
             other => unreachable!("the engine answered a read with {other:?}"),
         }
     }
+}
+
+/// What a member holds of a range of an object: its version, the pages of the range that hold
+/// data (bit `i`: page `i` of the object; the others read as zeros because no write gave them
+/// any), and the bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct ObjectRead {
+    pub(crate) version: u64,
+    pub(crate) present: u64,
+    pub(crate) data: Bytes,
 }
 
 /// Lends an engine buffer to `Bytes` without copying it.

@@ -23,7 +23,16 @@ static ZEROS: [u8; OBJECT_SIZE_MAX_BYTES] = [0; OBJECT_SIZE_MAX_BYTES];
 
 /// A change to one object, as the primary sends it to every member.
 pub(crate) enum Mutation {
-    Write { offset_bytes: u32, data: Bytes },
+    Write {
+        offset_bytes: u32,
+        data: Bytes,
+    },
+    /// The whole object replaced: the pages of `present` hold `data`'s (the whole object's
+    /// bytes), the others none (a copy of an object that holds some pages only).
+    Replace {
+        data: Bytes,
+        present: u64,
+    },
     Delete,
 }
 
@@ -51,7 +60,7 @@ impl Osd {
             self.read(object, offset_bytes, length_bytes).await
         };
         let data = match read {
-            Ok((_, data)) => data,
+            Ok(read) => read.data,
             // A copy that fails its checksums or cannot be read here is rewritten from a member's
             // good copy, and the client gets that: it never sees the error while one exists.
             Err(error) if scrub::unreadable(&error) => {
@@ -66,7 +75,7 @@ impl Osd {
                         let _object = self.locks.read(object).await;
                         self.still_primary(pg, epoch)?;
                         self.still_active(&state)?;
-                        self.read(object, offset_bytes, length_bytes).await?.1
+                        self.read(object, offset_bytes, length_bytes).await?.data
                     }
                     Err(scrub::RepairError::Unrepairable(reason)) => {
                         tracing::error!(osd = self.id, pg = %pg, %object, %reason, "cannot repair a copy");
@@ -201,7 +210,11 @@ impl Osd {
         // that lack nothing get every write, and the history records only them. A member that
         // lacks only this object is complete once a whole write lands, and counts toward
         // min_size for it: that is how recovery rewrites an object a member refused.
-        let whole = matches!(&mutation, Mutation::Write { offset_bytes: 0, data } if data.len() == self.object_size_bytes as usize);
+        let whole = match &mutation {
+            Mutation::Write { offset_bytes: 0, data } => data.len() == self.object_size_bytes as usize,
+            Mutation::Write { .. } | Mutation::Delete => false,
+            Mutation::Replace { .. } => true,
+        };
         let (skipped, complete) = state
             .with_active(|active| {
                 let skipped = if whole { Vec::new() } else { active.missing_object(object) };
@@ -234,6 +247,16 @@ impl Osd {
             Mutation::Write { offset_bytes, data } => (
                 EngineRequest::WriteVersioned { object, offset_bytes, data: AlignedBuffer::from_slice(&data), version },
                 Request::SecWrite { pg, object, version, offset_bytes, data },
+            ),
+            Mutation::Replace { data, present } => (
+                EngineRequest::ReplaceVersioned { object, data: AlignedBuffer::from_slice(&data), present, version },
+                Request::SecReplace {
+                    pg,
+                    object,
+                    version,
+                    page_mask: present,
+                    data: crate::pages::pack(&data, present),
+                },
             ),
             Mutation::Delete => {
                 (EngineRequest::DeleteVersioned { object, version }, Request::SecDelete { pg, object, version })
@@ -322,7 +345,7 @@ impl Osd {
 fn secondary_outcome(osd: u32, epoch: u64, result: Result<net::Reply, crate::peers::PeerError>) -> Result<(), OpError> {
     let reply = result.map_err(|source| OpError::SecondaryUnreachable { osd, source })?;
     match reply.response {
-        Response::SecWrite | Response::SecDelete => Ok(()),
+        Response::SecWrite | Response::SecReplace | Response::SecDelete => Ok(()),
         Response::Failed { status: Status::NoSuchObject, opcode: Opcode::SecDelete } => Ok(()),
         Response::NewerVersionHeld { current, .. } => Err(OpError::SecondaryHoldsNewer { osd, current }),
         Response::Failed { status: Status::WrongEpoch, .. } => {

@@ -6,6 +6,7 @@ use engine::{AlignedBuffer, EngineError, ObjectId, Request as EngineRequest, PAG
 use wire::{ListEntry, PgId, Response};
 
 use super::{OpError, Osd};
+use crate::pages::scatter;
 
 impl Osd {
     pub(crate) async fn sec_write(
@@ -26,8 +27,8 @@ impl Osd {
 
     /// Brings `object` from `base_version` to `version` with the pages that changed in between
     /// (catch-up, `recovery.rs`). One run of pages is written as it comes; scattered pages are
-    /// laid over this member's copy and the object written whole, so the new version appears
-    /// at once or not at all.
+    /// laid over this member's copy and the object replaced whole, holding the pages the copy
+    /// held and those sent, so the new version appears at once or not at all.
     pub(crate) async fn sec_write_pages(
         &self,
         object: ObjectId,
@@ -54,30 +55,50 @@ impl Osd {
         }
         let first = page_mask.trailing_zeros();
         let run = page_mask >> first;
-        let (offset_bytes, data) = if run & run.wrapping_add(1) == 0 {
-            (first * PAGE_SIZE_BYTES, AlignedBuffer::from_slice(data))
+        let request = if run & run.wrapping_add(1) == 0 {
+            let data = AlignedBuffer::from_slice(data);
+            EngineRequest::WriteVersioned { object, offset_bytes: first * PAGE_SIZE_BYTES, data, version }
         } else if absent {
-            (0, scatter(AlignedBuffer::zeroed(self.object_size_bytes as usize), page_mask, data))
+            let data = scatter(AlignedBuffer::zeroed(self.object_size_bytes as usize), page_mask, data);
+            EngineRequest::ReplaceVersioned { object, data, present: page_mask, version }
         } else {
             // A copy that cannot be read is no base to build on: the primary sends it whole.
-            let (read_version, copy) = match self.read(object, 0, self.object_size_bytes).await {
+            let copy = match self.read(object, 0, self.object_size_bytes).await {
                 Ok(copy) => copy,
                 Err(error) if crate::pg::scrub::unreadable(&error) => {
                     return Err(OpError::BaseNotHeld { object, base_version, reason: error.to_string() })
                 }
                 Err(error) => return Err(error),
             };
-            if read_version != base_version {
+            if copy.version != base_version {
                 // A write of a newer primary landed meanwhile.
-                let reason = format!("it holds version {read_version:#x} now");
+                let reason = format!("it holds version {:#x} now", copy.version);
                 return Err(OpError::BaseNotHeld { object, base_version, reason });
             }
             stdx::coverage::mark("secondary: scattered pages laid over the held copy");
-            (0, scatter(AlignedBuffer::from_slice(&copy), page_mask, data))
+            let data = scatter(AlignedBuffer::from_slice(&copy.data), page_mask, data);
+            EngineRequest::ReplaceVersioned { object, data, present: copy.present | page_mask, version }
         };
-        let request = EngineRequest::WriteVersioned { object, offset_bytes, data, version };
         self.apply_versioned(object, version, request).await?;
         Ok(Response::SecWritePages)
+    }
+
+    /// Replaces this member's copy of `object`, whatever it holds, with `version`, of which
+    /// only the pages of `page_mask` hold data (`data` has them in order): a whole copy from
+    /// recovery, backfill or a repair, keeping which pages the object holds.
+    pub(crate) async fn sec_replace(
+        &self,
+        object: ObjectId,
+        version: u64,
+        page_mask: u64,
+        data: &[u8],
+    ) -> Result<Response, OpError> {
+        // A copy of an object this member lacks takes new space: never past the full ratio.
+        self.refuse_new_object(object, &[])?;
+        let data = scatter(AlignedBuffer::zeroed(self.object_size_bytes as usize), page_mask, data);
+        let request = EngineRequest::ReplaceVersioned { object, data, present: page_mask, version };
+        self.apply_versioned(object, version, request).await?;
+        Ok(Response::SecReplace)
     }
 
     pub(crate) async fn sec_delete(&self, object: ObjectId, version: u64) -> Result<Response, OpError> {
@@ -94,8 +115,8 @@ impl Osd {
         if !self.object_exists(object) {
             return Err(OpError::NoSuchObject);
         }
-        let (version, data) = self.read(object, offset_bytes, length_bytes).await?;
-        Ok(Response::SecRead { version, data })
+        let read = self.read(object, offset_bytes, length_bytes).await?;
+        Ok(Response::SecRead { version: read.version, present: read.present, data: read.data })
     }
 
     /// The PG's objects at or after `start`, in order, at most `count_max`.
@@ -133,14 +154,4 @@ impl Osd {
             Err(error) => Err(error.into()),
         }
     }
-}
-
-/// `whole` with the pages of `page_mask` replaced by `pages`, which holds them in order.
-fn scatter(mut whole: AlignedBuffer, page_mask: u64, pages: &[u8]) -> AlignedBuffer {
-    let page = PAGE_SIZE_BYTES as usize;
-    let at = (0..64).filter(|bit| page_mask & (1 << bit) != 0);
-    for (index, at) in at.enumerate() {
-        whole.as_mut_slice()[at * page..][..page].copy_from_slice(&pages[index * page..][..page]);
-    }
-    whole
 }

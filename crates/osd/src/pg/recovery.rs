@@ -18,7 +18,7 @@ use wire::{Opcode, PgId, PgTrouble, Request, Response, Status};
 use super::history::Written;
 use super::retry::{self, log_failure};
 use super::state::{same_members, Active, Pg};
-use crate::ops::{OpError, Osd};
+use crate::ops::{ObjectRead, OpError, Osd};
 
 /// A copy of one object from this OSD to a member of its PG.
 pub(crate) struct Push<'a> {
@@ -57,7 +57,7 @@ impl From<String> for CopyError {
 }
 
 impl Osd {
-    /// `member`'s whole copy of `object` and its version.
+    /// `member`'s whole copy of `object`.
     pub(crate) async fn read_member_copy(
         &self,
         pg: PgId,
@@ -65,10 +65,15 @@ impl Osd {
         member: u32,
         address: &str,
         object: ObjectId,
-    ) -> Result<(u64, bytes::Bytes), String> {
+    ) -> Result<ObjectRead, String> {
         let request = Request::SecRead { pg, object, offset_bytes: 0, length_bytes: self.object_size_bytes };
+        let all = engine::layout::all_pages(self.object_size_bytes / PAGE_SIZE_BYTES);
         match self.peers.call(member, address, epoch, request).await?.response {
-            Response::SecRead { version, data } if data.len() == self.object_size_bytes as usize => Ok((version, data)),
+            Response::SecRead { version, present, data }
+                if data.len() == self.object_size_bytes as usize && present & !all == 0 =>
+            {
+                Ok(ObjectRead { version, present, data })
+            }
             other => Err(format!("osd.{member} answered a whole read of {object} with {other:?}")),
         }
     }
@@ -86,15 +91,16 @@ impl Osd {
         assert!(!sources.is_empty(), "a pull of {object} names no source");
         let _object = self.locks.write(object).await;
         let mut reasons = Vec::new();
-        let Some((source, held, data)) =
+        let Some((source, copy)) =
             self.first_member_copy(pg, epoch, object, sources, |held| held >= version, &mut reasons).await
         else {
             return Err(reasons.join("; "));
         };
-        let write = |version| EngineRequest::WriteVersioned {
+        let held = copy.version;
+        let write = |version| EngineRequest::ReplaceVersioned {
             object,
-            offset_bytes: 0,
-            data: AlignedBuffer::from_slice(&data),
+            data: AlignedBuffer::from_slice(&copy.data),
+            present: copy.present,
             version,
         };
         let written = match self.engine.submit(write(held)).await {
@@ -131,11 +137,17 @@ impl Osd {
             return Ok(sent);
         }
         let &Push { pg, epoch, member, address, object, holders, .. } = push;
-        let (version, data) = self.copy_to_send(pg, epoch, object, holders).await?;
+        let copy = self.copy_to_send(pg, epoch, object, holders).await?;
+        let mut page_mask = copy.present;
+        if crate::planted::is_planted(crate::planted::PlantedBug::CopyDropsThePageMask) {
+            page_mask = engine::layout::all_pages(self.object_size_bytes / PAGE_SIZE_BYTES);
+        }
+        let version = copy.version;
+        let data = crate::pages::pack(&copy.data, page_mask);
         let sent = data.len() as u64;
-        let request = Request::SecWrite { pg, object, version, offset_bytes: 0, data };
+        let request = Request::SecReplace { pg, object, version, page_mask, data };
         let reply = self.peers.call(member, address, epoch, request).await?;
-        copy_outcome(member, object, version, Opcode::SecWrite, reply.response)?;
+        copy_outcome(member, object, version, Opcode::SecReplace, reply.response)?;
         self.pgs.count_copied(sent);
         Ok(sent)
     }
@@ -159,10 +171,13 @@ impl Osd {
         let page = PAGE_SIZE_BYTES as usize;
         let (first, last) = (page_mask.trailing_zeros(), 63 - page_mask.leading_zeros());
         let span_bytes = (last - first + 1) * PAGE_SIZE_BYTES;
-        let Ok((version, span)) = self.read(object, first * PAGE_SIZE_BYTES, span_bytes).await else {
+        let Ok(ObjectRead { version, present, data: span }) =
+            self.read(object, first * PAGE_SIZE_BYTES, span_bytes).await
+        else {
             return Ok(None);
         };
-        if version != current {
+        // Pages a write changed hold data; a span reading otherwise is not the version counted on.
+        if version != current || present & page_mask != page_mask {
             return Ok(None);
         }
         let mut data = Vec::with_capacity(page_mask.count_ones() as usize * page);
@@ -182,8 +197,7 @@ impl Osd {
         }
     }
 
-    /// The whole copy of `object` to send a member, and its version: this OSD's, or when that
-    /// cannot be read here (its checksums fail, or the drive fails the read), the first of
+    /// The whole copy of `object` to send a member: this OSD's, or when that cannot be read here (its checksums fail, or the drive fails the read), the first of
     /// `holders` that answers with a readable copy at the same version. The copy here stays as
     /// it is until a client's read or a scrub rewrites it from a good one (that needs the PG
     /// active); a member must not wait for that to receive what it lacks.
@@ -193,7 +207,7 @@ impl Osd {
         epoch: u64,
         object: ObjectId,
         holders: &[u32],
-    ) -> Result<(u64, bytes::Bytes), String> {
+    ) -> Result<ObjectRead, String> {
         let error = match self.read(object, 0, self.object_size_bytes).await {
             Ok(copy) => return Ok(copy),
             Err(error) if super::scrub::unreadable(&error) => error,
@@ -202,18 +216,17 @@ impl Osd {
         let ours = self.engine.with(|engine| engine.object_version(object));
         let mut reasons = vec![format!("reading {object}: {error}")];
         match self.first_member_copy(pg, epoch, object, holders, |held| Some(held) == ours, &mut reasons).await {
-            Some((holder, version, data)) => {
+            Some((holder, copy)) => {
                 stdx::coverage::mark("recovery: a member's copy sent for an unreadable one here");
                 tracing::warn!(osd = self.id, pg = %pg, %object, %error, holder, "sending a member's copy of an object this osd cannot read");
-                Ok((version, data))
+                Ok(copy)
             }
             None => Err(reasons.join("; ")),
         }
     }
 
     /// The whole copy of `object` of the first of `members` that answers with one at a version
-    /// `wanted` takes: (member, version, data). Why each other member's did not do goes into
-    /// `reasons`.
+    /// `wanted` takes, and that member. Why each other member's did not do goes into `reasons`.
     async fn first_member_copy(
         &self,
         pg: PgId,
@@ -222,15 +235,15 @@ impl Osd {
         members: &[u32],
         wanted: impl Fn(u64) -> bool,
         reasons: &mut Vec<String>,
-    ) -> Option<(u32, u64, bytes::Bytes)> {
+    ) -> Option<(u32, ObjectRead)> {
         for &member in members {
             let Some(address) = self.map.borrow().address(member).map(str::to_string) else {
                 reasons.push(format!("osd.{member} went down"));
                 continue;
             };
             match self.read_member_copy(pg, epoch, member, &address, object).await {
-                Ok((version, data)) if wanted(version) => return Some((member, version, data)),
-                Ok((version, _)) => reasons.push(format!("osd.{member} holds {object} at version {version:#x}")),
+                Ok(copy) if wanted(copy.version) => return Some((member, copy)),
+                Ok(copy) => reasons.push(format!("osd.{member} holds {object} at version {:#x}", copy.version)),
                 Err(reason) => reasons.push(reason),
             }
         }
@@ -250,10 +263,10 @@ impl Osd {
         holders: &[u32],
     ) -> Result<(), String> {
         state.with_active(|active| active.raise_floor(object, current));
-        let data = self.copy_to_send(state.id, state.epoch, object, holders).await?.1;
+        let copy = self.copy_to_send(state.id, state.epoch, object, holders).await?;
         stdx::coverage::mark("recovery: an object a member refused rewritten above");
         tracing::info!(osd = self.id, pg = %state.id, %object, "rewriting an object a member refused at its version");
-        let mutation = crate::ops::Mutation::Write { offset_bytes: 0, data };
+        let mutation = crate::ops::Mutation::Replace { data: copy.data, present: copy.present };
         Box::pin(self.replicate_held(state, object, mutation)).await.map_err(|error| error.to_string())
     }
 
@@ -553,7 +566,7 @@ impl Osd {
     }
 }
 
-/// What a member's answer to a copy of `object` at `version` (a SecWrite or a SecWritePages,
+/// What a member's answer to a copy of `object` at `version` (a SecReplace or a SecWritePages,
 /// `opcode`) means.
 fn copy_outcome(
     member: u32,
@@ -563,7 +576,7 @@ fn copy_outcome(
     response: Response,
 ) -> Result<(), CopyError> {
     match response {
-        Response::SecWrite | Response::SecWritePages if response.opcode() == opcode => Ok(()),
+        Response::SecWrite | Response::SecWritePages | Response::SecReplace if response.opcode() == opcode => Ok(()),
         Response::NewerVersionHeld { current, opcode: answered } if answered == opcode => {
             Err(CopyError::Refused { member, object, version, current })
         }

@@ -35,9 +35,12 @@ const ERRORS_KEPT_MAX: usize = 8;
 /// One member's copy of an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Copy {
+    /// A readable copy: its version, the crc32c of its bytes (zeros where no page is held) and
+    /// the pages that hold data, which the checksum cannot tell from zeros.
     Held {
         version: u64,
         crc32c: u32,
+        present: u64,
     },
     Missing,
     /// Its checksums fail, or the drive failed the read (`drive`); the version its holder
@@ -64,8 +67,8 @@ pub(crate) enum Verdict {
 
 /// Judges the copies of one object, `copies[0]` being the primary's. The good copies are the
 /// readable ones at the newest version known (an unreadable copy's too: an older copy must
-/// never replace a newer one that cannot be read) with the crc32c most of them share (the
-/// primary's, or the first, among equals).
+/// never replace a newer one that cannot be read) with the crc32c and pages present most of
+/// them share (the primary's, or the first, among equals).
 pub(crate) fn judge(copies: &[(u32, Copy)]) -> Verdict {
     let newest = copies
         .iter()
@@ -84,19 +87,19 @@ pub(crate) fn judge(copies: &[(u32, Copy)]) -> Verdict {
     if !copies.iter().any(|(_, copy)| matches!(copy, Copy::Held { version, .. } if *version == newest)) {
         return Verdict::Unrepairable;
     }
-    let mut votes: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+    let mut votes: BTreeMap<(u32, u64), (usize, usize)> = BTreeMap::new();
     for (position, (_, copy)) in copies.iter().enumerate() {
-        if let Copy::Held { version, crc32c } = copy {
+        if let Copy::Held { version, crc32c, present } = copy {
             if *version == newest {
-                let vote = votes.entry(*crc32c).or_insert((0, position));
+                let vote = votes.entry((*crc32c, *present)).or_insert((0, position));
                 vote.0 += 1;
             }
         }
     }
     // Most votes, then the earliest member.
-    let (&good_crc, _) =
+    let (&(good_crc, good_present), _) =
         votes.iter().max_by_key(|(_, (count, first))| (*count, std::cmp::Reverse(*first))).expect("a newest copy");
-    let good = |copy: &Copy| *copy == Copy::Held { version: newest, crc32c: good_crc };
+    let good = |copy: &Copy| *copy == Copy::Held { version: newest, crc32c: good_crc, present: good_present };
     let bad: Vec<u32> = copies.iter().filter(|(_, copy)| !good(copy)).map(|(osd, _)| *osd).collect();
     if bad.is_empty() {
         return Verdict::Consistent;
@@ -251,7 +254,9 @@ impl Osd {
                 let request = Request::ObjectInfo { pg: state.id, object };
                 let reply = self.peers.call(member, address, state.epoch, request).await?;
                 match reply.response {
-                    Response::ObjectInfo { version, data_crc32c } => Copy::Held { version, crc32c: data_crc32c },
+                    Response::ObjectInfo { version, data_crc32c, present } => {
+                        Copy::Held { version, crc32c: data_crc32c, present }
+                    }
                     Response::Failed { status: Status::NoSuchObject, .. } => Copy::Missing,
                     Response::Failed { status: status @ (Status::Corrupt | Status::IoError), .. } => {
                         Copy::Unreadable { version: None, drive: status == Status::IoError }
@@ -269,7 +274,7 @@ impl Osd {
             return Copy::Missing;
         }
         match self.read(object, 0, self.object_size_bytes).await {
-            Ok((version, data)) => Copy::Held { version, crc32c: crc32c::crc32c(&data) },
+            Ok(read) => Copy::Held { version: read.version, crc32c: crc32c::crc32c(&read.data), present: read.present },
             Err(error) => Copy::Unreadable {
                 version: self.engine.with(|engine| engine.object_version(object)),
                 drive: matches!(error, OpError::Engine(EngineError::Disk(_))),
@@ -323,14 +328,15 @@ impl Osd {
             }
         };
         let unfinished = RepairError::Unfinished;
-        let data = if source == self.id {
-            self.read(object, 0, self.object_size_bytes).await.map_err(|error| unfinished(error.to_string()))?.1
+        let copy = if source == self.id {
+            self.read(object, 0, self.object_size_bytes).await.map_err(|error| unfinished(error.to_string()))?
         } else {
             let map = self.map.borrow().clone();
             let address = map.address(source).ok_or_else(|| unfinished(format!("osd.{source} is down")))?;
-            self.read_member_copy(state.id, state.epoch, source, address, object).await.map_err(unfinished)?.1
+            self.read_member_copy(state.id, state.epoch, source, address, object).await.map_err(unfinished)?
         };
-        let mutation = Mutation::Write { offset_bytes: 0, data: data.clone() };
+        let data = copy.data.clone();
+        let mutation = Mutation::Replace { data: copy.data, present: copy.present };
         self.replicate_held(state, object, mutation)
             .await
             .map_err(|error| unfinished(format!("rewriting {object}: {error}")))?;
@@ -392,7 +398,7 @@ mod tests {
     use super::*;
 
     fn held(version: u64, crc32c: u32) -> Copy {
-        Copy::Held { version, crc32c }
+        Copy::Held { version, crc32c, present: 0b1111 }
     }
 
     #[test]
@@ -420,6 +426,13 @@ mod tests {
         );
         // Two copies that disagree at one version: the primary's.
         assert_eq!(judge(&[(1, held(5, 7)), (2, held(5, 9))]), Verdict::Repair { source: 1, bad: vec![2] });
+        // The same bytes with a page held on one and not on another (zeros written against none,
+        // which a layer reads through): they differ.
+        let sparse = Copy::Held { version: 5, crc32c: 7, present: 0b0111 };
+        assert_eq!(
+            judge(&[(1, held(5, 7)), (2, sparse.clone()), (3, held(5, 7))]),
+            Verdict::Repair { source: 1, bad: vec![2] }
+        );
         assert_eq!(
             judge(&[(1, Copy::Unreadable { version: None, drive: false }), (2, Copy::Missing)]),
             Verdict::Unrepairable
