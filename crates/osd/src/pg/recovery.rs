@@ -576,7 +576,7 @@ fn copy_outcome(
     response: Response,
 ) -> Result<(), CopyError> {
     match response {
-        Response::SecWrite | Response::SecWritePages | Response::SecReplace if response.opcode() == opcode => Ok(()),
+        Response::SecWritePages | Response::SecReplace if response.opcode() == opcode => Ok(()),
         Response::NewerVersionHeld { current, opcode: answered } if answered == opcode => {
             Err(CopyError::Refused { member, object, version, current })
         }
