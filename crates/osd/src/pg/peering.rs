@@ -20,7 +20,7 @@ use crate::ops::PgView;
 
 use super::recovery::{CopyError, Push};
 use super::retry::{self, log_failure};
-use super::state::{Active, Pg, Phase};
+use super::state::{raise, Active, Pg, Phase};
 
 /// Why a peering did not bring its PG up: what kind of trouble, for `basalt pg ls`, and the
 /// details, for the log.
@@ -44,12 +44,6 @@ fn moved(reason: impl std::fmt::Display) -> Failure {
 /// Copying an object to or from a member failed.
 fn copy_failed(reason: impl std::fmt::Display) -> Failure {
     Failure::new(PgTrouble::Copy, reason.to_string())
-}
-
-/// The next write of `object` goes above `version`.
-fn raise(floors: &mut BTreeMap<ObjectId, u64>, object: ObjectId, version: u64) {
-    let floor = floors.entry(object).or_default();
-    *floor = (*floor).max(version);
 }
 
 /// PGs peering at once on one OSD.

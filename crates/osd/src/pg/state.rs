@@ -150,8 +150,7 @@ impl Active {
 
     /// The next write of `object` must go above `version`.
     pub(crate) fn raise_floor(&mut self, object: ObjectId, version: u64) {
-        let floor = self.floors.entry(object).or_default();
-        *floor = (*floor).max(version);
+        raise(&mut self.floors, object, version);
     }
 
     /// The members that still need `object`.
@@ -163,6 +162,13 @@ impl Active {
     pub(crate) fn recovery_left(&self) -> (usize, usize) {
         (self.missing.values().map(BTreeMap::len).sum(), self.unlisted.len())
     }
+}
+
+/// The next write of `object` must go above `version`, in `floors` (an active PG's, or one
+/// peering is building).
+pub(crate) fn raise(floors: &mut BTreeMap<ObjectId, u64>, object: ObjectId, version: u64) {
+    let floor = floors.entry(object).or_default();
+    *floor = (*floor).max(version);
 }
 
 /// Whether two member lists name the same OSDs, in any order (lists hold distinct OSDs).
