@@ -52,6 +52,8 @@ enum Command {
     Scrub(cmd::scrub::Args),
     /// Manage volumes through the mon API.
     Volume(cmd::volume::Args),
+    /// Take, list and remove snapshots through the mon API.
+    Snapshot(cmd::snapshot::Args),
     /// Show the cluster's state through the mon API.
     Status(cmd::status::Args),
     /// Measure I/O on a volume through the client library (IOPS, MiB/s, latency).
@@ -158,6 +160,7 @@ fn main() -> ExitCode {
         Command::Pool(_)
         | Command::Pg(_)
         | Command::Volume(_)
+        | Command::Snapshot(_)
         | Command::Status(_)
         | Command::Config(_)
         | Command::Scrub(_) => true,
@@ -188,6 +191,7 @@ fn main() -> ExitCode {
         Command::Config(args) => cmd::config::run(global, args),
         Command::Scrub(args) => cmd::scrub::run(global, args),
         Command::Volume(args) => cmd::volume::run(global, args),
+        Command::Snapshot(args) => cmd::snapshot::run(global, args),
         Command::Status(args) => cmd::status::run(global, args),
         Command::Bench(args) => cmd::bench::run(global, args),
         Command::Nbd(args) => cmd::nbd::run(global, args),

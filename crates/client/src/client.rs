@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use cluster::{keys, ClusterMap, VolumeRecord};
+use cluster::{keys, ClusterMap, SnapshotRecord, VolumeRecord};
 use cluster_watch::MapWatcher;
 use meta::MetaStore;
 use net::Connection;
@@ -106,6 +106,41 @@ impl Client {
         };
         check_volume(&map, record)?;
         Ok(Volume::new(self.clone(), record))
+    }
+
+    /// Opens snapshot `full_name` (`VOLUME@SNAP`), read only.
+    pub async fn open_snapshot(&self, full_name: &str) -> Result<Volume, ClientError> {
+        let mut map = self.map();
+        if !map.snapshots.contains_key(full_name) {
+            if let Some(kv) = self.inner.store.get(&keys::snapshot(full_name)).await? {
+                let catch_up = self.inner.watcher.wait_for_revision(kv.mod_revision);
+                if let Ok(caught_up) = tokio::time::timeout(MAP_CATCH_UP_TIMEOUT, catch_up).await {
+                    map = caught_up;
+                }
+            }
+        }
+        let Some(record) = map.snapshots.get(full_name) else {
+            return Err(ClientError::NoSuchSnapshot { name: full_name.to_string() });
+        };
+        if !map.pools.contains_key(&record.pool) {
+            return Err(ClientError::InvalidVolume {
+                name: full_name.to_string(),
+                reason: format!("its pool {} is not in the cluster map", record.pool),
+            });
+        }
+        Ok(Volume::snapshot(self.clone(), record))
+    }
+
+    /// A handle whose trims delete the objects of `snapshot`, a layer of a volume being
+    /// removed (the OSDs refuse them otherwise).
+    pub fn open_snapshot_for_removal(&self, snapshot: &SnapshotRecord) -> Result<Volume, ClientError> {
+        if !snapshot.deleting {
+            return Err(ClientError::InvalidVolume {
+                name: snapshot.full_name(),
+                reason: "its volume is not being removed".into(),
+            });
+        }
+        Ok(Volume::snapshot_removal(self.clone(), snapshot))
     }
 
     /// Opens volume `name` even while it is being deleted: for removing its objects.

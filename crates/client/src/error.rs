@@ -31,6 +31,11 @@ pub enum ClientError {
     Meta(#[from] MetaError),
     #[error("no volume named {name:?}")]
     NoSuchVolume { name: String },
+    #[error("no snapshot named {name:?}")]
+    NoSuchSnapshot { name: String },
+    /// Refused before anything was sent: a snapshot takes no writes.
+    #[error("{volume:?} is a snapshot, read only: {operation} refused")]
+    ReadOnly { volume: String, operation: Operation },
     #[error("volume {name:?} cannot be opened: {reason}")]
     InvalidVolume { name: String, reason: String },
     /// Refused before anything was sent: misaligned offset or length, or a length over the

@@ -241,6 +241,7 @@ impl Cluster {
             size_bytes,
             object_size_bytes: OBJECT_SIZE_BYTES,
             parent: None,
+            sealing: false,
             flags: vec![],
         };
         self.store.put(&keys::volume("vol"), encode(&volume), None).await.unwrap()

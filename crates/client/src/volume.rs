@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use cluster::{ClusterMap, VolumeRecord};
+use cluster::{ClusterMap, SnapshotRecord, VolumeRecord};
 use futures_util::stream::{self, StreamExt};
 use tokio::time::Instant;
 use wire::{Request, Response, Status};
@@ -47,44 +47,99 @@ pub struct Volume {
 
 struct VolumeInner {
     client: Client,
+    /// The volume's name, or a snapshot's `VOLUME@SNAP`.
     name: String,
-    /// The inode number.
-    id: u64,
+    target: Target,
     pool: u32,
     object_size_bytes: u32,
     size_bytes_at_open: u64,
     writes: WriteTracker,
 }
 
+/// What a handle reads and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// A volume: its head, which a snapshot or a rollback replaces, found in the map at every
+    /// attempt. `family` tells the volume from a later one of the same name.
+    Head { family: u64 },
+    /// A snapshot: one frozen layer, read only, unless `removal` (its volume is being removed
+    /// and the handle trims it away).
+    Snapshot { inode: u64, removal: bool },
+}
+
 impl Volume {
     pub(crate) fn new(client: Client, record: &VolumeRecord) -> Volume {
+        let target = Target::Head { family: cluster::inode::placement_key(record.id) };
+        Volume::with_target(
+            client,
+            record.name.clone(),
+            target,
+            record.pool,
+            record.object_size_bytes,
+            record.size_bytes,
+        )
+    }
+
+    pub(crate) fn snapshot(client: Client, record: &SnapshotRecord) -> Volume {
+        Volume::snapshot_target(client, record, false)
+    }
+
+    pub(crate) fn snapshot_removal(client: Client, record: &SnapshotRecord) -> Volume {
+        Volume::snapshot_target(client, record, true)
+    }
+
+    fn snapshot_target(client: Client, record: &SnapshotRecord, removal: bool) -> Volume {
+        let target = Target::Snapshot { inode: record.inode, removal };
+        let (pool, object_size_bytes, size_bytes) = (record.pool, record.object_size_bytes, record.size_bytes);
+        Volume::with_target(client, record.full_name(), target, pool, object_size_bytes, size_bytes)
+    }
+
+    fn with_target(
+        client: Client,
+        name: String,
+        target: Target,
+        pool: u32,
+        object_size_bytes: u32,
+        size_bytes: u64,
+    ) -> Volume {
         Volume {
             inner: Arc::new(VolumeInner {
                 client,
-                name: record.name.clone(),
-                id: record.id,
-                pool: record.pool,
-                object_size_bytes: record.object_size_bytes,
-                size_bytes_at_open: record.size_bytes,
+                name,
+                target,
+                pool,
+                object_size_bytes,
+                size_bytes_at_open: size_bytes,
                 writes: WriteTracker::new(),
             }),
         }
     }
 
+    /// The volume's name, or `VOLUME@SNAP` for a snapshot.
     pub fn name(&self) -> &str {
         &self.inner.name
     }
 
-    /// The inode number: the pool id in the top 8 bits.
+    /// The inode reads and writes go to now: the volume's head in the current map (the pool id
+    /// in the top 8 bits), or the snapshot's layer.
     pub fn id(&self) -> u64 {
-        self.inner.id
+        let map = self.inner.client.map();
+        self.inode(&map).unwrap_or(match self.inner.target {
+            Target::Head { family } => family,
+            Target::Snapshot { inode, .. } => inode,
+        })
+    }
+
+    /// A snapshot: every write, write_zeroes and trim fails with `ClientError::ReadOnly`.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.inner.target, Target::Snapshot { removal: false, .. })
     }
 
     /// The size in the current cluster map (it follows resizes); the size at open if the
     /// volume has left the map.
     pub fn size_bytes(&self) -> u64 {
         let map = self.inner.client.map();
-        self.record(&map).map_or(self.inner.size_bytes_at_open, |record| record.size_bytes)
+        self.size_in(&map).unwrap_or(self.inner.size_bytes_at_open)
     }
 
     pub fn object_size_bytes(&self) -> u32 {
@@ -94,13 +149,12 @@ impl Volume {
     /// Reads `length_bytes` at `offset_bytes`; never written ranges read as zeros.
     pub async fn read(&self, offset_bytes: u64, length_bytes: u32) -> Result<Bytes, ClientError> {
         let length = u64::from(length_bytes);
-        let (map, pg_count) = self.check(Operation::Read, offset_bytes, length)?;
+        let (map, pg_count, inode) = self.check(Operation::Read, offset_bytes, length)?;
         if length == 0 {
             return Ok(Bytes::new());
         }
         let started = Instant::now();
-        let mut all =
-            pieces(self.inner.id, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length);
+        let mut all = pieces(inode, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length);
         let first = all.next().expect("a call of non-zero length has a piece");
         if u64::from(first.length_bytes) == length {
             return self.read_piece(map, first, started).await;
@@ -123,12 +177,11 @@ impl Volume {
     /// Writes `data` at `offset_bytes`. Durable on every replica of the PGs when it returns
     /// `Ok`; on an error, any part of the range may or may not have been written.
     pub async fn write(&self, offset_bytes: u64, data: Bytes) -> Result<(), ClientError> {
-        let id = self.inner.id;
-        self.mutate(Operation::Write, offset_bytes, data.len() as u64, |piece| {
+        self.mutate(Operation::Write, offset_bytes, data.len() as u64, |piece, inode| {
             let start = usize::try_from(piece.offset_in_request).expect("within the buffer");
             Request::Write {
                 pg: piece.pg,
-                inode: id,
+                inode,
                 offset_bytes: piece.offset_bytes,
                 data: data.slice(start..start + piece.length_bytes as usize),
             }
@@ -138,12 +191,12 @@ impl Volume {
 
     /// Makes the range read as zeros: whole objects are deleted, partial ones zeroed.
     pub async fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> Result<(), ClientError> {
-        self.mutate(Operation::WriteZeroes, offset_bytes, length_bytes, |piece| self.zero_request(piece)).await
+        self.mutate(Operation::WriteZeroes, offset_bytes, length_bytes, zero_request).await
     }
 
     /// Discards the range; it reads as zeros afterwards (the same requests as `write_zeroes`).
     pub async fn trim(&self, offset_bytes: u64, length_bytes: u64) -> Result<(), ClientError> {
-        self.mutate(Operation::Trim, offset_bytes, length_bytes, |piece| self.zero_request(piece)).await
+        self.mutate(Operation::Trim, offset_bytes, length_bytes, zero_request).await
     }
 
     /// Which parts of the range hold data, at object granularity: runs of `(length_bytes,
@@ -152,10 +205,10 @@ impl Volume {
     /// and reads as zeros. At most [`ALLOCATION_OBJECTS_MAX`] objects are asked about, so the
     /// runs may cover only a prefix of a long range.
     pub async fn allocation(&self, offset_bytes: u64, length_bytes: u64) -> Result<Vec<(u64, bool)>, ClientError> {
-        let (map, pg_count) = self.check(Operation::Allocation, offset_bytes, length_bytes)?;
+        let (map, pg_count, inode) = self.check(Operation::Allocation, offset_bytes, length_bytes)?;
         let started = Instant::now();
         let asked: Vec<Piece> =
-            pieces(self.inner.id, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length_bytes)
+            pieces(inode, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length_bytes)
                 .take(ALLOCATION_OBJECTS_MAX)
                 .collect();
         let answers: Vec<Result<bool, ClientError>> = stream::iter(asked.iter().copied())
@@ -178,9 +231,8 @@ impl Volume {
     }
 
     async fn object_exists(&self, map: Arc<ClusterMap>, piece: Piece, started: Instant) -> Result<bool, ClientError> {
-        let object = wire::ObjectId { inode: self.inner.id, stripe: piece.stripe };
-        let request = Request::Stat { pg: piece.pg, object };
-        match self.run_piece(map, Operation::Allocation, &piece, &request, started).await {
+        let stat = |inode| Request::Stat { pg: piece.pg, object: wire::ObjectId { inode, stripe: piece.stripe } };
+        match self.run_piece(map, Operation::Allocation, &piece, &stat, started).await {
             Ok((Response::Stat { .. }, _)) => Ok(true),
             Ok((other, osd)) => {
                 Err(self.bad_reply(Operation::Allocation, &piece, osd, format!("a {} reply to a Stat", other.opcode())))
@@ -197,27 +249,38 @@ impl Volume {
         Ok(())
     }
 
-    fn zero_request(&self, piece: &Piece) -> Request {
-        let (pg, inode, offset_bytes, length_bytes) = (piece.pg, self.inner.id, piece.offset_bytes, piece.length_bytes);
-        if piece.whole_object {
-            Request::Trim { pg, inode, offset_bytes, length_bytes }
-        } else {
-            Request::WriteZeroes { pg, inode, offset_bytes, length_bytes }
+    /// The inode calls go to in `map`: the volume's current head, or the snapshot's layer;
+    /// `None` once the volume or snapshot has left the map.
+    fn inode(&self, map: &ClusterMap) -> Option<u64> {
+        match self.inner.target {
+            Target::Head { family } => map
+                .volumes
+                .get(&self.inner.name)
+                .filter(|record| cluster::inode::placement_key(record.id) == family)
+                .map(|record| record.id),
+            Target::Snapshot { inode, .. } => {
+                map.snapshots.get(&self.inner.name).filter(|record| record.inode == inode).map(|_| inode)
+            }
         }
     }
 
-    /// This volume's record in `map`, if it is still there (same name and inode).
-    fn record<'map>(&self, map: &'map ClusterMap) -> Option<&'map VolumeRecord> {
-        map.volumes.get(&self.inner.name).filter(|record| record.id == self.inner.id)
+    /// The volume's or snapshot's size in `map`, if it is still there.
+    fn size_in(&self, map: &ClusterMap) -> Option<u64> {
+        self.inode(map)?;
+        match self.inner.target {
+            Target::Head { .. } => map.volumes.get(&self.inner.name).map(|record| record.size_bytes),
+            Target::Snapshot { .. } => map.snapshots.get(&self.inner.name).map(|record| record.size_bytes),
+        }
     }
 
-    /// Checks a call against the current map; returns the map and the pool's PG count.
+    /// Checks a call against the current map; returns the map, the pool's PG count and the
+    /// inode the call goes to.
     fn check(
         &self,
         operation: Operation,
         offset_bytes: u64,
         length_bytes: u64,
-    ) -> Result<(Arc<ClusterMap>, u32), ClientError> {
+    ) -> Result<(Arc<ClusterMap>, u32, u64), ClientError> {
         let volume = || self.inner.name.clone();
         if offset_bytes % BLOCK_SIZE_BYTES != 0 || length_bytes % BLOCK_SIZE_BYTES != 0 {
             return Err(ClientError::InvalidArgument {
@@ -228,11 +291,13 @@ impl Volume {
                 reason: "offset and length must be multiples of 4096 bytes",
             });
         }
+        if self.is_read_only() && !matches!(operation, Operation::Read | Operation::Allocation) {
+            return Err(ClientError::ReadOnly { volume: volume(), operation });
+        }
         let map = self.inner.client.map();
-        let Some(record) = self.record(&map) else {
+        let (Some(inode), Some(size_bytes)) = (self.inode(&map), self.size_in(&map)) else {
             return Err(ClientError::NoSuchVolume { name: volume() });
         };
-        let size_bytes = record.size_bytes;
         if offset_bytes.checked_add(length_bytes).is_none_or(|end| end > size_bytes) {
             return Err(ClientError::OutOfRange {
                 volume: volume(),
@@ -249,7 +314,7 @@ impl Volume {
             });
         };
         let pg_count = pool.pg_count;
-        Ok((map, pg_count))
+        Ok((map, pg_count, inode))
     }
 
     /// Runs a write-like call: every piece's request from `make`, the reply's opcode checked.
@@ -258,26 +323,25 @@ impl Volume {
         operation: Operation,
         offset_bytes: u64,
         length_bytes: u64,
-        make: impl Fn(&Piece) -> Request,
+        make: impl Fn(&Piece, u64) -> Request + Sync,
     ) -> Result<(), ClientError> {
-        let (map, pg_count) = self.check(operation, offset_bytes, length_bytes)?;
+        let (map, pg_count, inode) = self.check(operation, offset_bytes, length_bytes)?;
         if length_bytes == 0 {
             return Ok(());
         }
         let _ticket = self.inner.writes.begin();
         let started = Instant::now();
         let mut all =
-            pieces(self.inner.id, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length_bytes);
+            pieces(inode, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length_bytes);
         let first = all.next().expect("a call of non-zero length has a piece");
         if u64::from(first.length_bytes) == length_bytes {
-            let request = make(&first);
-            return self.mutate_piece(map, operation, first, request, started).await;
+            return self.mutate_piece(map, operation, first, &|inode| make(&first, inode), started).await;
         }
+        let make = &make;
         let mut mutations = stream::iter(std::iter::once(first).chain(all))
             .map(|piece| {
-                let request = make(&piece);
                 let map = map.clone();
-                async move { self.mutate_piece(map, operation, piece, request, started).await }
+                async move { self.mutate_piece(map, operation, piece, &|inode| make(&piece, inode), started).await }
             })
             .buffer_unordered(PIECES_IN_FLIGHT_MAX);
         while let Some(result) = mutations.next().await {
@@ -287,13 +351,13 @@ impl Volume {
     }
 
     async fn read_piece(&self, map: Arc<ClusterMap>, piece: Piece, started: Instant) -> Result<Bytes, ClientError> {
-        let request = Request::Read {
+        let read = |inode| Request::Read {
             pg: piece.pg,
-            inode: self.inner.id,
+            inode,
             offset_bytes: piece.offset_bytes,
             length_bytes: piece.length_bytes,
         };
-        let (response, osd) = self.run_piece(map, Operation::Read, &piece, &request, started).await?;
+        let (response, osd) = self.run_piece(map, Operation::Read, &piece, &read, started).await?;
         match response {
             Response::Read { data } if data.len() == piece.length_bytes as usize => Ok(data),
             Response::Read { data } => Err(self.bad_reply(
@@ -311,26 +375,28 @@ impl Volume {
         map: Arc<ClusterMap>,
         operation: Operation,
         piece: Piece,
-        request: Request,
+        request: &(dyn Fn(u64) -> Request + Sync),
         started: Instant,
     ) -> Result<(), ClientError> {
-        let (response, osd) = self.run_piece(map, operation, &piece, &request, started).await?;
-        if response.opcode() != request.opcode() {
-            let reason = format!("a {} reply to a {}", response.opcode(), request.opcode());
+        let (response, osd) = self.run_piece(map, operation, &piece, request, started).await?;
+        let opcode = request(0).opcode();
+        if response.opcode() != opcode {
+            let reason = format!("a {} reply to a {opcode}", response.opcode());
             return Err(self.bad_reply(operation, &piece, osd, reason));
         }
         Ok(())
     }
 
     /// Sends one piece's request to its PG's primary until it gets an answer or the deadline
-    /// passes (the policy is in the module comment). Returns the `Ok` response and the OSD
-    /// that gave it.
+    /// passes (the policy is in the module comment). `request` makes the request for the inode
+    /// the volume's head is in each attempt's map. Returns the `Ok` response and the OSD that
+    /// gave it.
     async fn run_piece(
         &self,
         mut map: Arc<ClusterMap>,
         operation: Operation,
         piece: &Piece,
-        request: &Request,
+        request: &(dyn Fn(u64) -> Request + Sync),
         started: Instant,
     ) -> Result<(Response, u32), ClientError> {
         let client = &self.inner.client;
@@ -347,6 +413,9 @@ impl Volume {
                 }
             }
             let mut moved = false;
+            let Some(inode) = self.inode(&map) else {
+                return Err(ClientError::NoSuchVolume { name: self.inner.name.clone() });
+            };
             let problem = match route(&map, piece.pg) {
                 Err(reason) => reason,
                 Ok(route) => {
@@ -354,7 +423,7 @@ impl Volume {
                     match client.connection(route.osd, route.address, connect_by).await {
                         Err(error) => format!("osd.{}: {}", route.osd, error.reason),
                         Ok(connection) => {
-                            let call = connection.call(route.epoch, request.clone());
+                            let call = connection.call(route.epoch, request(inode));
                             let reply_by = Instant::now() + options.reply_timeout;
                             let give_up = deadline.map_or(reply_by, |deadline| deadline.min(reply_by));
                             tokio::select! {
@@ -362,7 +431,9 @@ impl Volume {
                                 reply = call => match reply {
                                     Ok(reply) => match reply.response {
                                         Response::Failed { status, .. } => match status {
-                                            Status::NotPrimary | Status::WrongEpoch | Status::Busy => format!(
+                                            // ReadOnly: the head moved on (a snapshot, a
+                                            // rollback) in a map newer than this one.
+                                            Status::NotPrimary | Status::WrongEpoch | Status::Busy | Status::ReadOnly => format!(
                                                 "osd.{} at {} answered {status} (request epoch {}, its epoch {})",
                                                 route.osd, route.address, route.epoch, reply.epoch
                                             ),
@@ -437,8 +508,19 @@ impl std::fmt::Debug for Volume {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Volume")
             .field("name", &self.inner.name)
-            .field("id", &self.inner.id)
+            .field("target", &self.inner.target)
             .field("object_size_bytes", &self.inner.object_size_bytes)
             .finish_non_exhaustive()
+    }
+}
+
+/// Whole objects are trimmed (a layer over a parent keeps them as zeros, `docs/design/osd.md`),
+/// parts of objects zeroed.
+fn zero_request(piece: &Piece, inode: u64) -> Request {
+    let (pg, offset_bytes, length_bytes) = (piece.pg, piece.offset_bytes, piece.length_bytes);
+    if piece.whole_object {
+        Request::Trim { pg, inode, offset_bytes, length_bytes }
+    } else {
+        Request::WriteZeroes { pg, inode, offset_bytes, length_bytes }
     }
 }

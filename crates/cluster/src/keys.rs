@@ -11,11 +11,13 @@ pub const OSDS_PREFIX: &str = "/basalt/osd/";
 pub const OSD_LIVE_PREFIX: &str = "/basalt/osd-live/";
 pub const PEER_REPORTS_PREFIX: &str = "/basalt/peer-reports/";
 pub const VOLUMES_PREFIX: &str = "/basalt/volumes/";
+pub const SNAPSHOTS_PREFIX: &str = "/basalt/snapshots/";
 pub const PG_HISTORY_PREFIX: &str = "/basalt/pg-history/";
 pub const MON_LEADER: &str = "/basalt/mon/leader";
 pub const POOL_ID_COUNTER: &str = "/basalt/counters/pool-id";
 pub const OSD_ID_COUNTER: &str = "/basalt/counters/osd-id";
 pub const VOLUME_ID_COUNTER_PREFIX: &str = "/basalt/counters/volume-id/";
+pub const LAYER_COUNTER_PREFIX: &str = "/basalt/counters/layer/";
 
 pub fn pool(pool: u32) -> String {
     format!("{POOLS_PREFIX}{pool}")
@@ -39,6 +41,16 @@ pub fn peer_report(osd: u32) -> String {
 
 pub fn volume(name: &str) -> String {
     format!("{VOLUMES_PREFIX}{name}")
+}
+
+/// `full_name` is `VOLUME@SNAP`.
+pub fn snapshot(full_name: &str) -> String {
+    format!("{SNAPSHOTS_PREFIX}{full_name}")
+}
+
+/// The next layer number of family `family` of `pool` (layer 0 is the volume's first head).
+pub fn layer_counter(pool: u32, family: u64) -> String {
+    format!("{LAYER_COUNTER_PREFIX}{pool}/{family}")
 }
 
 pub fn pg_history(pool: u32, pg: u32) -> String {

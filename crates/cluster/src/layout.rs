@@ -8,14 +8,15 @@ pub const OBJECTS_PER_RUN: u64 = 8;
 /// Bits of a version below the PG epoch (DESIGN section 2).
 pub const VERSION_COUNTER_BITS: u32 = 40;
 
-/// The PG of object `stripe` of volume `inode` in a pool of `pg_count` PGs.
+/// The PG of object `stripe` of volume `inode` in a pool of `pg_count` PGs. Every layer of a
+/// family gives a stripe the same PG (`inode::placement_key`).
 ///
 /// A stable function of its inputs: it is part of the on-cluster format, since changing it
 /// would move every object.
 pub fn object_pg(inode: u64, stripe: u64, pg_count: u32) -> u32 {
     assert!(pg_count > 0, "a pool has at least one PG");
     let run = stripe / OBJECTS_PER_RUN;
-    (mix(inode ^ mix(run)) % u64::from(pg_count)) as u32
+    (mix(crate::inode::placement_key(inode) ^ mix(run)) % u64::from(pg_count)) as u32
 }
 
 /// splitmix64's finaliser: a fixed, well-distributed 64-bit mix.
@@ -100,6 +101,18 @@ mod tests {
         for count in counts {
             assert!((f64::from(count) - ideal).abs() / ideal < 0.15, "{count} vs {ideal}");
         }
+    }
+
+    #[test]
+    fn every_layer_of_a_family_places_a_stripe_alike() {
+        let (head, snapshot) = (crate::inode::layered(1, 9, 0), crate::inode::layered(1, 9, 4));
+        let other = crate::inode::layered(1, 10, 0);
+        let mut differs = false;
+        for stripe in 0..64 * OBJECTS_PER_RUN {
+            assert_eq!(object_pg(head, stripe, 64), object_pg(snapshot, stripe, 64));
+            differs |= object_pg(head, stripe, 64) != object_pg(other, stripe, 64);
+        }
+        assert!(differs, "another family is placed elsewhere");
     }
 
     #[test]

@@ -5,12 +5,12 @@
 //! to decode are reported and left out: one bad record must not blind a process to the rest
 //! of the cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::keys;
 use crate::records::{
-    decode, machine_id, OsdLiveRecord, OsdRecord, PeerReportRecord, PgTableRecord, PoolRecord, RecordError,
-    ScrubRequestsRecord, SettingsRecord, VolumeRecord,
+    decode, machine_id, OsdLiveRecord, OsdRecord, Parent, PeerReportRecord, PgTableRecord, PoolRecord, RecordError,
+    ScrubRequestsRecord, SettingsRecord, SnapshotRecord, VolumeRecord,
 };
 
 /// One PG as the table publishes it.
@@ -38,6 +38,12 @@ pub struct ClusterMap {
     /// What each OSD reports of the peers it cannot reach (ADR 0015).
     pub peer_reports: BTreeMap<u32, PeerReportRecord>,
     pub volumes: BTreeMap<String, VolumeRecord>,
+    /// By `VOLUME@SNAP`.
+    pub snapshots: BTreeMap<String, SnapshotRecord>,
+    /// The volume whose head each inode is.
+    heads: HashMap<u64, String>,
+    /// The snapshot (`VOLUME@SNAP`) each frozen inode is.
+    frozen: HashMap<u64, String>,
     /// Defaults while the store has no settings record (or one that does not decode).
     pub settings: SettingsRecord,
     pub scrub_requests: ScrubRequestsRecord,
@@ -99,6 +105,51 @@ impl ClusterMap {
         self.osds.get(&osd).and_then(|record| record.down_mark.as_ref()).is_some_and(|mark| mark.is_active())
     }
 
+    /// What the map says of layer `inode`: a volume's head or a snapshot, and its parent.
+    pub fn layer(&self, inode: u64) -> Option<Layer<'_>> {
+        if let Some(snapshot) = self.frozen.get(&inode).and_then(|name| self.snapshots.get(name)) {
+            return Some(Layer {
+                inode,
+                parent: snapshot.parent.as_ref(),
+                frozen: true,
+                sealing: false,
+                deleting: snapshot.deleting,
+            });
+        }
+        let volume = self.heads.get(&inode).and_then(|name| self.volumes.get(name))?;
+        Some(Layer {
+            inode,
+            parent: volume.parent.as_ref(),
+            frozen: false,
+            sealing: volume.sealing,
+            deleting: volume.is_deleting(),
+        })
+    }
+
+    /// The layers a read of `inode` goes through, top first, each with how many bytes of it
+    /// show through (past them, zeros): `inode` itself whole, then its parent up to the size it
+    /// had when the child was made, and so on. Ends at a layer without a parent, or one the
+    /// map does not know.
+    pub fn chain(&self, inode: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut next = Some((inode, u64::MAX));
+        let mut steps = 0;
+        std::iter::from_fn(move || {
+            let (inode, visible) = next.take()?;
+            // Records are untrusted: a cycle among them must not hang a reader.
+            steps += 1;
+            if steps <= Self::CHAIN_WALK_MAX {
+                next = self
+                    .layer(inode)
+                    .and_then(|layer| layer.parent)
+                    .map(|parent| (parent.inode, visible.min(parent.size_bytes)));
+            }
+            Some((inode, visible))
+        })
+    }
+
+    /// The most layers [`ClusterMap::chain`] walks: far above `snapshot_chain_max`'s range.
+    pub const CHAIN_WALK_MAX: usize = 4096;
+
     pub fn pool_by_name(&self, name: &str) -> Option<&PoolRecord> {
         self.pools.values().find(|pool| pool.name == name)
     }
@@ -143,11 +194,41 @@ impl ClusterMap {
             }
             Ok(())
         } else if let Some(name) = key.strip_prefix(keys::VOLUMES_PREFIX) {
-            set(&mut self.volumes, name.to_string(), key, value)
+            if let Some(old) = self.volumes.get(name) {
+                self.heads.remove(&old.id);
+            }
+            let result = set(&mut self.volumes, name.to_string(), key, value);
+            if let Some(new) = self.volumes.get(name) {
+                self.heads.insert(new.id, name.to_string());
+            }
+            result
+        } else if let Some(name) = key.strip_prefix(keys::SNAPSHOTS_PREFIX) {
+            if let Some(old) = self.snapshots.get(name) {
+                self.frozen.remove(&old.inode);
+            }
+            let result = set(&mut self.snapshots, name.to_string(), key, value);
+            if let Some(new) = self.snapshots.get(name) {
+                self.frozen.insert(new.inode, name.to_string());
+            }
+            result
         } else {
             Ok(())
         }
     }
+}
+
+/// One layer of a family as the map knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layer<'map> {
+    pub inode: u64,
+    pub parent: Option<&'map Parent>,
+    /// A snapshot: no client write may change it.
+    pub frozen: bool,
+    /// A head waiting for the seal of the snapshot below it.
+    pub sealing: bool,
+    /// A layer of a volume being removed: the reaper's trims delete its objects, and may
+    /// delete a frozen layer's.
+    pub deleting: bool,
 }
 
 /// The prefix of an address that names a Unix socket: `net::UNIX_PREFIX`, which reads it.
@@ -167,6 +248,75 @@ mod tests {
         let record =
             OsdLiveRecord { version: 1, address: "127.0.0.2:6800".into(), incarnation: 3, local, lease_ttl_s: 3 };
         serde_json::to_vec(&record).unwrap()
+    }
+
+    fn volume(name: &str, inode: u64, parent: Option<(&str, u64, u64)>) -> Vec<u8> {
+        let parent =
+            parent.map(|(snapshot, inode, size_bytes)| Parent { snapshot: snapshot.into(), inode, size_bytes });
+        let record = VolumeRecord {
+            version: 1,
+            id: inode,
+            name: name.into(),
+            pool: 1,
+            size_bytes: 1 << 30,
+            object_size_bytes: 1 << 17,
+            parent,
+            sealing: false,
+            flags: vec![],
+        };
+        serde_json::to_vec(&record).unwrap()
+    }
+
+    fn snapshot(volume: &str, name: &str, inode: u64, size_bytes: u64, parent: Option<(&str, u64, u64)>) -> Vec<u8> {
+        let parent =
+            parent.map(|(snapshot, inode, size_bytes)| Parent { snapshot: snapshot.into(), inode, size_bytes });
+        let record = SnapshotRecord {
+            version: 1,
+            volume: volume.into(),
+            name: name.into(),
+            inode,
+            pool: 1,
+            size_bytes,
+            object_size_bytes: 1 << 17,
+            parent,
+            created_unix_ms: 0,
+            hidden: false,
+            deleting: false,
+        };
+        serde_json::to_vec(&record).unwrap()
+    }
+
+    #[test]
+    fn a_chain_goes_through_every_parent_and_narrows_to_the_smallest_size() {
+        let mut map = ClusterMap::default();
+        map.apply(&keys::snapshot("v@a"), Some(&snapshot("v", "a", 10, 4 << 20, None))).unwrap();
+        map.apply(&keys::snapshot("v@b"), Some(&snapshot("v", "b", 11, 8 << 20, Some(("v@a", 10, 4 << 20))))).unwrap();
+        map.apply(&keys::volume("v"), Some(&volume("v", 12, Some(("v@b", 11, 8 << 20))))).unwrap();
+        assert_eq!(map.chain(12).collect::<Vec<_>>(), vec![(12, u64::MAX), (11, 8 << 20), (10, 4 << 20)]);
+        assert_eq!(map.chain(11).collect::<Vec<_>>(), vec![(11, u64::MAX), (10, 4 << 20)]);
+        let head = map.layer(12).unwrap();
+        assert!(!head.frozen && head.parent.is_some_and(|parent| parent.inode == 11));
+        assert!(map.layer(10).unwrap().frozen);
+        // A snapshot taken: the old head's inode is now frozen, whichever key arrives first.
+        map.apply(&keys::snapshot("v@c"), Some(&snapshot("v", "c", 12, 8 << 20, Some(("v@b", 11, 8 << 20))))).unwrap();
+        assert!(map.layer(12).unwrap().frozen);
+        map.apply(&keys::volume("v"), Some(&volume("v", 13, Some(("v@c", 12, 8 << 20))))).unwrap();
+        assert!(map.layer(12).unwrap().frozen);
+        assert!(!map.layer(13).unwrap().frozen);
+        assert_eq!(map.chain(13).count(), 4);
+        // Unknown inodes have no layer and a chain of themselves.
+        assert_eq!(map.layer(99), None);
+        assert_eq!(map.chain(99).collect::<Vec<_>>(), vec![(99, u64::MAX)]);
+        map.apply(&keys::volume("v"), None).unwrap();
+        assert_eq!(map.layer(13), None);
+    }
+
+    #[test]
+    fn a_cycle_among_records_ends_the_chain() {
+        let mut map = ClusterMap::default();
+        map.apply(&keys::snapshot("v@a"), Some(&snapshot("v", "a", 10, 1 << 20, Some(("v@b", 11, 1 << 20))))).unwrap();
+        map.apply(&keys::snapshot("v@b"), Some(&snapshot("v", "b", 11, 1 << 20, Some(("v@a", 10, 1 << 20))))).unwrap();
+        assert_eq!(map.chain(10).count(), ClusterMap::CHAIN_WALK_MAX + 1);
     }
 
     #[test]

@@ -250,6 +250,8 @@ pub struct SettingsRecord {
     /// An OSD whose drive is this full takes no new objects: writes that need new space, and
     /// copies of objects it lacks, get `NoSpace`; overwrites and deletes go on.
     pub full_ratio_percent: u32,
+    /// The most snapshots a volume's head reads through: a deeper chain is refused (flatten).
+    pub snapshot_chain_max: u32,
 }
 
 impl Default for SettingsRecord {
@@ -264,6 +266,7 @@ impl Default for SettingsRecord {
             scrub_interval_s: 7 * 24 * 3600,
             nearfull_ratio_percent: 85,
             full_ratio_percent: 95,
+            snapshot_chain_max: 64,
         }
     }
 }
@@ -405,14 +408,20 @@ pub fn machine_id() -> Option<&'static str> {
 pub struct VolumeRecord {
     #[serde(default = "format_version")]
     pub version: u32,
-    /// The inode number: the pool id in the top 8 bits, the volume number below.
+    /// The inode of the volume's head, the layer that takes its writes (`crate::inode`): it
+    /// changes when a snapshot freezes the head and when a rollback replaces it.
     pub id: u64,
     pub name: String,
     pub pool: u32,
     pub size_bytes: u64,
     pub object_size_bytes: u32,
+    /// The snapshot the head reads through to where it holds no data.
     #[serde(default)]
-    pub parent: Option<String>,
+    pub parent: Option<Parent>,
+    /// The head took over from a snapshot and waits for every OSD to drain the writes it
+    /// admitted to the old one (ADR 0026): primaries answer its writes `Busy` meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealing: bool,
     /// `deleting`: the volume is being removed; its objects are deleted in the background.
     #[serde(default)]
     pub flags: Vec<String>,
@@ -425,15 +434,72 @@ impl VolumeRecord {
         self.flags.iter().any(|flag| flag == Self::FLAG_DELETING)
     }
 
-    /// The inode number of volume `number` in `pool`.
+    /// The inode number of volume `number` in `pool`, numbered before layers existed.
     pub fn inode(pool: u32, number: u64) -> u64 {
-        (u64::from(pool) << 56) | (number & ((1 << 56) - 1))
+        crate::inode::unlayered(pool, number)
     }
 
     /// The pool an inode belongs to.
     pub fn pool_of(inode: u64) -> u32 {
-        (inode >> 56) as u32
+        crate::inode::pool(inode)
     }
+}
+
+/// The layer a head or a snapshot reads through to, and how much of it shows through: the
+/// parent's size when the child was made (zeros past it, whatever the parent held there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parent {
+    /// `VOLUME@SNAP`.
+    pub snapshot: String,
+    pub inode: u64,
+    pub size_bytes: u64,
+}
+
+/// `/basalt/snapshots/<volume>@<snapshot>`: a frozen layer of a volume's family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub volume: String,
+    pub name: String,
+    /// The layer the snapshot froze: the volume's head until then. No OSD takes a client's
+    /// write to it.
+    pub inode: u64,
+    pub pool: u32,
+    /// The volume's size when the snapshot was taken.
+    pub size_bytes: u64,
+    pub object_size_bytes: u32,
+    #[serde(default)]
+    pub parent: Option<Parent>,
+    pub created_unix_ms: u64,
+    /// Removed by its user but kept while a layer above reads through it: listed nowhere and
+    /// opened by no one; its objects go with its volume.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
+    /// Its volume is being removed: the reaper deletes its objects, then the record.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleting: bool,
+}
+
+impl SnapshotRecord {
+    /// `VOLUME@SNAP`, as the CLI, the API and the NBD exports name it.
+    pub fn full_name(&self) -> String {
+        snapshot_name(&self.volume, &self.name)
+    }
+}
+
+/// What separates a volume's name from its snapshot's: `VOLUME@SNAP`.
+pub const SNAPSHOT_SEPARATOR: char = '@';
+
+pub fn snapshot_name(volume: &str, snapshot: &str) -> String {
+    format!("{volume}{SNAPSHOT_SEPARATOR}{snapshot}")
+}
+
+/// `VOLUME@SNAP` split in two, if it has exactly one separator with a name on each side.
+pub fn split_snapshot_name(full: &str) -> Option<(&str, &str)> {
+    let (volume, snapshot) = full.split_once(SNAPSHOT_SEPARATOR)?;
+    let named = !volume.is_empty() && !snapshot.is_empty() && !snapshot.contains(SNAPSHOT_SEPARATOR);
+    named.then_some((volume, snapshot))
 }
 
 /// `/basalt/pg-history/<pool>/<pg>`: the sets a new primary must reach one member of
@@ -504,6 +570,24 @@ mod tests {
         assert!(error.to_string().contains("/basalt/counters/osd-id") && error.to_string().contains("version 2"));
         let error = decode::<Counter>("/basalt/counters/osd-id", b"\xff").unwrap_err();
         assert!(matches!(error, RecordError::Invalid { .. }));
+    }
+
+    #[test]
+    fn snapshot_names_split_only_with_one_separator_and_both_names() {
+        assert_eq!(split_snapshot_name("vol@snap"), Some(("vol", "snap")));
+        assert_eq!(snapshot_name("vol", "snap"), "vol@snap");
+        for bad in ["vol", "@snap", "vol@", "a@b@c", ""] {
+            assert_eq!(split_snapshot_name(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_volume_record_written_before_layers_decodes() {
+        let text = br#"{"version": 1, "id": 72057594037927937, "name": "v", "pool": 1, "size_bytes": 4096,
+ "object_size_bytes": 131072, "parent": null, "flags": []}"#;
+        let volume: VolumeRecord = decode("/basalt/volumes/v", text).expect("an older record decodes");
+        assert_eq!((&volume.parent, volume.sealing), (&None, false));
+        assert!(!String::from_utf8(encode(&volume)).unwrap().contains("sealing"));
     }
 
     #[test]

@@ -9,7 +9,10 @@
 use std::collections::BTreeSet;
 
 use cluster::records::{decode, encode, FORMAT_VERSION};
-use cluster::{keys, ClusterMap, ClusterRecord, Counter, FailureDomainName, PoolRecord, Redundancy, VolumeRecord};
+use cluster::{
+    inode, keys, ClusterMap, ClusterRecord, Counter, FailureDomainName, PoolRecord, Redundancy, SnapshotRecord,
+    VolumeRecord,
+};
 use meta::{Compare, CompareOp, KeyValue, MetaError, MetaStore, Txn, TxnOp, TxnOpResult};
 use serde::{Deserialize, Serialize};
 
@@ -175,7 +178,7 @@ fn random_hex_id() -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-fn counter_of(key: &str, kv: Option<&KeyValue>) -> Result<(u64, i64), AdminError> {
+pub(crate) fn counter_of(key: &str, kv: Option<&KeyValue>) -> Result<(u64, i64), AdminError> {
     match kv {
         None => Ok((1, 0)),
         Some(kv) => {
@@ -185,7 +188,7 @@ fn counter_of(key: &str, kv: Option<&KeyValue>) -> Result<(u64, i64), AdminError
     }
 }
 
-fn counter_value(next: u64) -> Vec<u8> {
+pub(crate) fn counter_value(next: u64) -> Vec<u8> {
     encode(&Counter { version: FORMAT_VERSION, next })
 }
 
@@ -479,18 +482,20 @@ pub async fn create_volume(store: &dyn MetaStore, request: &CreateVolume) -> Res
         let Some(pool_kv) = pool_kv else {
             continue; // Deleted since the listing: choose again.
         };
-        let (number, counter_revision) = counter_of(&counter_key, counter_kv.as_ref())?;
-        if number >= 1 << 56 {
+        // A new volume opens a family: its head is the family's layer 0 (ADR 0026).
+        let (family, counter_revision) = counter_of(&counter_key, counter_kv.as_ref())?;
+        if family >= inode::FAMILIES_MAX {
             return Err(AdminError::Conflict(format!("pool {:?} has used every volume id", pool.name)));
         }
         let volume = VolumeRecord {
             version: FORMAT_VERSION,
-            id: VolumeRecord::inode(pool.id, number),
+            id: inode::layered(pool.id, family, 0),
             name: request.name.clone(),
             pool: pool.id,
             size_bytes: request.size_bytes,
             object_size_bytes: cluster.object_size_bytes,
             parent: None,
+            sealing: false,
             flags: Vec::new(),
         };
         let response = store
@@ -501,7 +506,7 @@ pub async fn create_volume(store: &dyn MetaStore, request: &CreateVolume) -> Res
                     Compare::create_revision(&pool_key, CompareOp::Equal, pool_kv.create_revision),
                 ],
                 success: vec![
-                    TxnOp::put(&counter_key, counter_value(number + 1), None),
+                    TxnOp::put(&counter_key, counter_value(family + 1), None),
                     TxnOp::put(&volume_key, encode(&volume), None),
                 ],
                 failure: vec![],
@@ -524,7 +529,7 @@ pub async fn get_volume(store: &dyn MetaStore, name: &str) -> Result<(VolumeReco
 }
 
 /// Rewrites a volume record with `change`, compared on its last write.
-async fn update_volume(
+pub(crate) async fn update_volume(
     store: &dyn MetaStore,
     name: &str,
     change: impl Fn(&mut VolumeRecord) -> Result<bool, AdminError>,
@@ -569,16 +574,53 @@ pub async fn resize_volume(store: &dyn MetaStore, name: &str, size_bytes: u64) -
     .await
 }
 
-/// Flags a volume `deleting`; the leader removes its objects and then the record.
+/// Flags a volume `deleting`, and its snapshots with it; the leader removes their objects and
+/// then the records. Refused while the volume has snapshots its user has not removed, or a
+/// snapshot another volume reads through (clones must go first).
 pub async fn mark_volume_deleting(store: &dyn MetaStore, name: &str) -> Result<VolumeRecord, AdminError> {
-    update_volume(store, name, |volume| {
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        let (mut volume, revision) = get_volume(store, name).await?;
         if volume.is_deleting() {
-            return Ok(false);
+            return Ok(volume);
+        }
+        let map = cluster_watch::load(store).await?;
+        let snapshots: Vec<&SnapshotRecord> = map.snapshots.values().filter(|s| s.volume == name).collect();
+        let visible: Vec<String> = snapshots.iter().filter(|s| !s.hidden).map(|s| s.full_name()).collect();
+        if !visible.is_empty() {
+            return Err(AdminError::Conflict(format!(
+                "volume {name:?} has {} ({}); remove them first with `basalt snapshot rm`",
+                plural(visible.len(), "snapshot", "snapshots"),
+                visible.join(", ")
+            )));
+        }
+        let mut compares = vec![Compare::mod_revision(keys::volume(name), CompareOp::Equal, revision)];
+        let mut success = Vec::new();
+        for snapshot in snapshots {
+            let key = keys::snapshot(&snapshot.full_name());
+            let clones = crate::snapshots::readers_of(&map, snapshot.inode)
+                .into_iter()
+                .filter(|reader| reader != name && !reader.starts_with(&format!("{name}@")))
+                .collect::<Vec<_>>();
+            if !clones.is_empty() {
+                return Err(AdminError::Conflict(format!(
+                    "volume {name:?} has clones ({}) that read through its snapshots; remove them first",
+                    clones.join(", ")
+                )));
+            }
+            let Some(kv) = store.get(&key).await? else { continue };
+            let mut record: SnapshotRecord = decode(&key, &kv.value)?;
+            record.deleting = true;
+            compares.push(Compare::mod_revision(&key, CompareOp::Equal, kv.mod_revision));
+            success.push(TxnOp::put(&key, encode(&record), None));
         }
         volume.flags.push(VolumeRecord::FLAG_DELETING.to_string());
-        Ok(true)
-    })
-    .await
+        success.push(TxnOp::put(keys::volume(name), encode(&volume), None));
+        let response = store.txn(Txn { compares, success, failure: vec![] }).await?;
+        if response.succeeded {
+            return Ok(volume);
+        }
+    }
+    Err(AdminError::Contended(format!("volume {name:?} kept changing; try again")))
 }
 
 #[cfg(test)]

@@ -23,9 +23,11 @@ use serde::Deserialize;
 
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::down_report::{self, DownReport};
+use crate::snapshot_views::{self, SnapshotList, SnapshotView};
+use crate::snapshots::{self, CreateClone, CreateSnapshot};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
 use crate::views::{DownReportView, LocalOsdView, PgList, VolumeList, VolumeView};
-use crate::{osd_admin, scrub};
+use crate::{osd_admin, scrub, seal};
 use crate::{LocalOsdError, LocalOsds, Shared, StopRequest};
 
 /// The API's routes on top of `shared`'s store.
@@ -37,6 +39,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/pools/{name}", get(get_pool).delete(delete_pool))
         .route("/volumes", get(list_volumes).post(create_volume))
         .route("/volumes/{name}", get(get_volume).patch(resize_volume).delete(delete_volume))
+        .route("/volumes/{name}/rollback", post(rollback_volume))
+        .route("/snapshots", get(list_snapshots).post(create_snapshot))
+        .route("/snapshots/{name}", get(get_snapshot).delete(delete_snapshot))
+        .route("/snapshots/{name}/clones", post(clone_snapshot))
         .route("/pgs", get(list_pgs))
         .route("/osds", get(list_osds))
         .route("/osds/tree", get(osd_tree))
@@ -328,8 +334,107 @@ async fn get_volume(State(shared): State<Arc<Shared>>, Path(name): Path<String>)
     let (volume, _) = admin::get_volume(store, &name).await?;
     let map = cluster_watch::load(store).await?;
     let mut view = volume_view(&shared, &volume, &map);
+    view.chain = snapshot_views::chain_view(volume.id, &map);
     view.redundancy = Some(redundancy(&map, &volume).await);
     Ok(Json(view))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SnapshotFilter {
+    volume: Option<String>,
+}
+
+async fn list_snapshots(
+    State(shared): State<Arc<Shared>>,
+    filter: Result<Query<SnapshotFilter>, QueryRejection>,
+) -> ApiResult<Json<SnapshotList>> {
+    let Query(filter) = filter.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let store = shared.store.as_ref();
+    if let Some(volume) = &filter.volume {
+        admin::get_volume(store, volume).await?;
+    }
+    let map = cluster_watch::load(store).await?;
+    let snapshots = snapshots::list(&map, filter.volume.as_deref())
+        .iter()
+        .map(|snapshot| snapshot_views::snapshot_view(snapshot, &map))
+        .collect();
+    Ok(Json(SnapshotList { snapshots }))
+}
+
+/// Freezes the volume's head as the snapshot, then seals it: the answer comes once every OSD
+/// confirmed it takes no more writes to the frozen layer, and the volume's new head takes them.
+async fn create_snapshot(
+    State(shared): State<Arc<Shared>>,
+    Body(request): Body<CreateSnapshot>,
+) -> ApiResult<(StatusCode, Json<SnapshotView>)> {
+    let store = shared.store.as_ref();
+    let frozen = snapshots::freeze(store, &request.name, unix_ms_now()).await?;
+    seal::seal(store, &frozen.volume.name, frozen.volume.id, frozen.revision).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok((StatusCode::CREATED, Json(snapshot_views::snapshot_view(&frozen.snapshot, &map))))
+}
+
+async fn get_snapshot(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<SnapshotView>> {
+    let store = shared.store.as_ref();
+    let (snapshot, _) = snapshots::get_visible_snapshot(store, &name).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok(Json(snapshot_views::snapshot_view(&snapshot, &map)))
+}
+
+async fn delete_snapshot(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<SnapshotView>> {
+    let store = shared.store.as_ref();
+    let snapshot = snapshots::remove(store, &name).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok(Json(snapshot_views::snapshot_view(&snapshot, &map)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollbackRequest {
+    /// `VOLUME@SNAP`, a snapshot of the volume in the path.
+    snapshot: String,
+}
+
+/// Gives the volume a new head over the snapshot and seals it, as a snapshot does; the old
+/// head's objects are deleted in the background.
+async fn rollback_volume(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    Body(request): Body<RollbackRequest>,
+) -> ApiResult<Json<VolumeView>> {
+    let store = shared.store.as_ref();
+    let frozen = snapshots::rollback(store, &name, &request.snapshot, unix_ms_now()).await?;
+    seal::seal(store, &frozen.volume.name, frozen.volume.id, frozen.revision).await?;
+    let (volume, _) = admin::get_volume(store, &name).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok(Json(volume_view(&shared, &volume, &map)))
+}
+
+fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CloneRequest {
+    name: String,
+    #[serde(default)]
+    pool: Option<String>,
+}
+
+async fn clone_snapshot(
+    State(shared): State<Arc<Shared>>,
+    Path(snapshot): Path<String>,
+    Body(request): Body<CloneRequest>,
+) -> ApiResult<(StatusCode, Json<VolumeView>)> {
+    let store = shared.store.as_ref();
+    let clone = CreateClone { snapshot, name: request.name, pool: request.pool };
+    let volume = snapshots::clone_volume(store, &clone).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok((StatusCode::CREATED, Json(volume_view(&shared, &volume, &map))))
 }
 
 /// Asks every up OSD how many of the volume's objects in the PGs it leads lack a copy, and

@@ -148,6 +148,31 @@ async fn campaign_and_lead(
         end = reap_loop(shared, watcher, reaper, &leadership) => end,
         end = down_out_loop(shared, watcher, &leadership) => end,
         end = mark_down_loop(shared, watcher, &leadership) => end,
+        end = seal_loop(shared, watcher) => end,
+    }
+}
+
+/// How long a head may stay sealing before the leader seals it (the API call that took the
+/// snapshot seals it at once, unless its mon stopped).
+const SEAL_LEFTOVER_AFTER: Duration = Duration::from_secs(2);
+
+/// Seals the heads a snapshot left sealing (ADR 0026): a mon that stopped between the freeze
+/// and the seal leaves writes to the volume refused until someone seals it.
+async fn seal_loop(shared: &Shared, watcher: &MapWatcher) -> Result<TermEnd, MetaError> {
+    let store = shared.store.as_ref();
+    let mut receiver = watcher.subscribe();
+    loop {
+        let map = receiver.borrow_and_update().clone();
+        let sealing = map.volumes.values().any(|volume| volume.sealing);
+        if sealing {
+            tokio::time::sleep(SEAL_LEFTOVER_AFTER).await;
+            let map = cluster_watch::load(store).await?;
+            crate::seal::seal_leftovers(store, &map).await;
+            continue;
+        }
+        if receiver.changed().await.is_err() {
+            return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));
+        }
     }
 }
 
@@ -508,7 +533,18 @@ async fn complete_pgs(store: &dyn MetaStore, table: &PgTableRecord) -> Result<BT
     Ok(complete)
 }
 
-/// Deletes the volumes flagged `deleting`, one at a time, whenever the map shows some.
+/// A hidden layer nothing reads through whose volume is neither sealing (writes admitted to
+/// a head a rollback replaced may still land) nor being removed (which deletes it with the
+/// volume).
+fn unread_hidden_layer(map: &ClusterMap, snapshot: &cluster::SnapshotRecord) -> bool {
+    let volume = map.volumes.get(&snapshot.volume);
+    snapshot.hidden
+        && volume.is_none_or(|volume| !volume.sealing && !volume.is_deleting())
+        && crate::snapshots::readers_of(map, snapshot.inode).is_empty()
+}
+
+/// Deletes the volumes flagged `deleting`, one at a time, whenever the map shows some, and the
+/// hidden layers nothing reads through.
 async fn reap_loop(
     shared: &Shared,
     watcher: &MapWatcher,
@@ -544,6 +580,12 @@ async fn reap_loop(
             }
             if let Err(error) = reap_volume(store, leadership, reaper, &shared.progress, &record, revision).await {
                 tracing::warn!(%error, "volume deletion failed; retrying in 5 s");
+                failed = true;
+            }
+        }
+        for snapshot in map.snapshots.values().filter(|snapshot| unread_hidden_layer(&map, snapshot)) {
+            if let Err(error) = crate::reaper::reap_layer(store, leadership, reaper, snapshot).await {
+                tracing::warn!(%error, "deleting a layer failed; retrying in 5 s");
                 failed = true;
             }
         }

@@ -24,6 +24,9 @@ pub mod pg_tables;
 pub mod reaper;
 mod recovery_rate;
 pub mod scrub;
+pub mod seal;
+pub mod snapshot_views;
+pub mod snapshots;
 pub mod stderr_log;
 #[cfg(test)]
 mod test_maps;

@@ -153,6 +153,10 @@ async fn only_copy_pgs(store: &dyn MetaStore, map: &ClusterMap, id: u32) -> Resu
 /// The longest `down_out_interval_s` accepted: a week.
 pub const DOWN_OUT_INTERVAL_MAX_S: u64 = 7 * 24 * 3600;
 
+/// The deepest `snapshot_chain_max` accepted: a read walks the chain in the primary's RAM, so
+/// the bound keeps that walk short.
+pub const SNAPSHOT_CHAIN_MAX_LIMIT: u64 = 1024;
+
 /// The cluster's settings (defaults where the store has none).
 pub async fn settings(store: &dyn MetaStore) -> Result<SettingsRecord, AdminError> {
     match store.get(keys::SETTINGS).await? {
@@ -181,6 +185,7 @@ pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> 
     check("scrub_interval_s", change.scrub_interval_s, 60, 365 * 24 * 3600)?;
     check("nearfull_ratio_percent", change.nearfull_ratio_percent.map(u64::from), 1, 99)?;
     check("full_ratio_percent", change.full_ratio_percent.map(u64::from), 1, 99)?;
+    check("snapshot_chain_max", change.snapshot_chain_max.map(u64::from), 1, SNAPSHOT_CHAIN_MAX_LIMIT)?;
     for _ in 0..CAS_ATTEMPTS_MAX {
         let kv = store.get(keys::SETTINGS).await?;
         let mut record = match &kv {
@@ -196,6 +201,7 @@ pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> 
             scrub_interval_s,
             nearfull_ratio_percent,
             full_ratio_percent,
+            snapshot_chain_max,
         } = change.clone();
         record.down_out_interval_s = down_out_interval_s.unwrap_or(record.down_out_interval_s);
         record.recovery_bytes_per_s_max = recovery_bytes_per_s_max.unwrap_or(record.recovery_bytes_per_s_max);
@@ -206,6 +212,7 @@ pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> 
         record.scrub_interval_s = scrub_interval_s.unwrap_or(record.scrub_interval_s);
         record.nearfull_ratio_percent = nearfull_ratio_percent.unwrap_or(record.nearfull_ratio_percent);
         record.full_ratio_percent = full_ratio_percent.unwrap_or(record.full_ratio_percent);
+        record.snapshot_chain_max = snapshot_chain_max.unwrap_or(record.snapshot_chain_max);
         if record.nearfull_ratio_percent > record.full_ratio_percent {
             return Err(AdminError::Invalid(format!(
                 "nearfull_ratio_percent {} is above full_ratio_percent {}",

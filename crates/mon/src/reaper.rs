@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use cluster::{keys, VolumeRecord};
+use cluster::records::{decode, encode};
+use cluster::{keys, SnapshotRecord, VolumeRecord};
 use meta::{Compare, CompareOp, Leadership, MetaError, MetaStore, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,9 @@ pub trait VolumeReaper: Send + Sync {
         volume: &VolumeRecord,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
     ) -> Result<(), String>;
+
+    /// Deletes the objects of one of the volume's snapshots (flagged `deleting` with it).
+    async fn remove_snapshot_objects(&self, snapshot: &SnapshotRecord) -> Result<(), String>;
 }
 
 /// How far the deletion of one volume has got, as the leader last heard.
@@ -40,7 +44,8 @@ pub struct DeletionProgress {
 /// Deletion progress by volume name, shared between the leader's reaper task and the API.
 pub type ProgressTable = Arc<Mutex<BTreeMap<String, DeletionProgress>>>;
 
-/// Deletes one volume flagged `deleting`: its objects through `reaper`, then its record.
+/// Deletes one volume flagged `deleting`: its head's objects through `reaper`, then those of its
+/// snapshots (every one flagged `deleting` with it), then all their records at once.
 ///
 /// `revision` is the record's last-write revision as read; a record changed since is left for
 /// the next pass.
@@ -57,6 +62,9 @@ pub async fn reap_volume(
     let _entry = ProgressEntry { progress, name: &volume.name };
     match reaper {
         Some(reaper) => {
+            // A whole-object trim of a layer over a parent deletes only at an OSD that knows the
+            // volume is being removed; elsewhere it would write zeros.
+            crate::seal::confirm_map(store, revision).await.map_err(|error| ReapError::Confirm(error.to_string()))?;
             progress.lock().expect("progress lock").insert(volume.name.clone(), DeletionProgress::default());
             let report = |objects_done: u64, objects_total: u64| {
                 progress
@@ -68,6 +76,11 @@ pub async fn reap_volume(
             if let Err(reason) = removed {
                 return Err(ReapError::Objects { volume: volume.name.clone(), reason });
             }
+            for snapshot in snapshots_of(store, &volume.name).await? {
+                if let Err(reason) = reaper.remove_snapshot_objects(&snapshot).await {
+                    return Err(ReapError::Objects { volume: snapshot.full_name(), reason });
+                }
+            }
         }
         None => {
             tracing::warn!(
@@ -78,10 +91,14 @@ pub async fn reap_volume(
         }
     }
     let key = keys::volume(&volume.name);
+    let mut success = vec![TxnOp::delete(&key)];
+    for snapshot in snapshots_of(store, &volume.name).await? {
+        success.push(TxnOp::delete(keys::snapshot(&snapshot.full_name())));
+    }
     let response = store
         .txn(Txn {
             compares: vec![leadership.fence(), Compare::mod_revision(&key, CompareOp::Equal, revision)],
-            success: vec![TxnOp::delete(&key)],
+            success,
             failure: vec![],
         })
         .await;
@@ -89,6 +106,73 @@ pub async fn reap_volume(
         tracing::info!(volume = %volume.name, id = volume.id, "deleted a volume");
     }
     Ok(())
+}
+
+/// Deletes a hidden layer nothing reads through any more (a snapshot its user removed once its
+/// volume moved past it, a head a rollback replaced): flags it `deleting` (from then on the
+/// OSDs take the reaper's trims of it), deletes its objects, then its record.
+pub async fn reap_layer(
+    store: &dyn MetaStore,
+    leadership: &Leadership,
+    reaper: Option<&dyn VolumeReaper>,
+    snapshot: &SnapshotRecord,
+) -> Result<(), ReapError> {
+    assert!(snapshot.hidden, "only hidden layers are reaped on their own");
+    let key = keys::snapshot(&snapshot.full_name());
+    let Some(kv) = store.get(&key).await? else { return Ok(()) };
+    let mut record: SnapshotRecord = match decode(&key, &kv.value) {
+        Ok(record) => record,
+        Err(error) => {
+            tracing::warn!(%error, "cannot reap a layer whose record does not decode");
+            return Ok(());
+        }
+    };
+    let mut revision = kv.mod_revision;
+    if !record.deleting {
+        record.deleting = true;
+        let response = store
+            .txn(Txn {
+                compares: vec![leadership.fence(), Compare::mod_revision(&key, CompareOp::Equal, revision)],
+                success: vec![TxnOp::put(&key, encode(&record), None)],
+                failure: vec![],
+            })
+            .await?;
+        if !response.succeeded {
+            return Ok(());
+        }
+        revision = response.revision;
+    }
+    if let Some(reaper) = reaper {
+        crate::seal::confirm_map(store, revision).await.map_err(|error| ReapError::Confirm(error.to_string()))?;
+        if let Err(reason) = reaper.remove_snapshot_objects(&record).await {
+            return Err(ReapError::Objects { volume: record.full_name(), reason });
+        }
+    }
+    let response = store
+        .txn(Txn {
+            compares: vec![leadership.fence(), Compare::mod_revision(&key, CompareOp::Equal, revision)],
+            success: vec![TxnOp::delete(&key)],
+            failure: vec![],
+        })
+        .await?;
+    if response.succeeded {
+        tracing::info!(layer = record.inode, name = %record.full_name(), "deleted a layer nothing reads through");
+    }
+    Ok(())
+}
+
+/// The snapshots of volume `name` flagged `deleting`, read from the store.
+async fn snapshots_of(store: &dyn MetaStore, name: &str) -> Result<Vec<SnapshotRecord>, MetaError> {
+    let prefix = keys::snapshot(&cluster::snapshot_name(name, ""));
+    let mut snapshots = Vec::new();
+    for kv in store.list(&prefix).await? {
+        match decode::<SnapshotRecord>(&kv.key, &kv.value) {
+            Ok(snapshot) if snapshot.volume == name && snapshot.deleting => snapshots.push(snapshot),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "ignoring a snapshot record that does not decode"),
+        }
+    }
+    Ok(snapshots)
 }
 
 /// Removes a volume's progress entry when dropped.
@@ -107,6 +191,8 @@ impl Drop for ProgressEntry<'_> {
 pub enum ReapError {
     #[error("removing the objects of volume {volume:?} failed: {reason}")]
     Objects { volume: String, reason: String },
+    #[error("waiting for the OSDs to apply the map: {0}")]
+    Confirm(String),
     #[error(transparent)]
     Store(#[from] MetaError),
 }

@@ -333,8 +333,12 @@ pub struct VolumeView {
     pub pool_id: u32,
     pub size_bytes: u64,
     pub object_size_bytes: u32,
+    /// The snapshot its head reads through (`VOLUME@SNAP`).
     pub parent: Option<String>,
-    /// `ready` or `deleting`.
+    /// Every layer its head reads through, top first (`GET /volumes/{name}` only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<crate::snapshot_views::ChainEntry>,
+    /// `ready`, `sealing` (a snapshot was just taken; writes wait a moment) or `deleting`.
     pub state: String,
     /// Object removal progress while `deleting`, when the answering mon is the one deleting.
     pub deletion: Option<DeletionProgress>,
@@ -401,6 +405,7 @@ pub struct SettingsChange {
     pub scrub_interval_s: Option<u64>,
     pub nearfull_ratio_percent: Option<u32>,
     pub full_ratio_percent: Option<u32>,
+    pub snapshot_chain_max: Option<u32>,
 }
 
 /// `POST /osds/{id}/reweight`.
@@ -617,8 +622,16 @@ pub fn volume_view(volume: &VolumeRecord, map: &ClusterMap, deletion: Option<Del
         pool_id: volume.pool,
         size_bytes: volume.size_bytes,
         object_size_bytes: volume.object_size_bytes,
-        parent: volume.parent.clone(),
-        state: if volume.is_deleting() { "deleting" } else { "ready" }.to_string(),
+        parent: volume.parent.as_ref().map(|parent| parent.snapshot.clone()),
+        chain: Vec::new(),
+        state: if volume.is_deleting() {
+            "deleting"
+        } else if volume.sealing {
+            "sealing"
+        } else {
+            "ready"
+        }
+        .to_string(),
         deletion: if volume.is_deleting() { deletion } else { None },
         redundancy: None,
     }

@@ -1,4 +1,5 @@
-//! The exports of a Basalt cluster: every volume, by name, through the client library.
+//! The exports of a Basalt cluster: every volume, by name, and every snapshot, read only, as
+//! `VOLUME@SNAP`, through the client library.
 //!
 //! [`ClusterExports`] implements [`Exports`] over a [`client::Client`] and [`VolumeExport`]
 //! implements [`Export`] over a [`client::Volume`]. The client library's contract is what the
@@ -30,16 +31,27 @@ impl Exports for ClusterExports {
     type Export = VolumeExport;
 
     async fn open(&self, name: &str) -> Result<Option<VolumeExport>, ExportError> {
-        match self.client.open_volume(name).await {
+        let opened = if cluster::split_snapshot_name(name).is_some() {
+            self.client.open_snapshot(name).await
+        } else {
+            self.client.open_volume(name).await
+        };
+        match opened {
             Ok(volume) => Ok(Some(VolumeExport { volume })),
-            Err(ClientError::NoSuchVolume { .. }) => Ok(None),
+            Err(ClientError::NoSuchVolume { .. } | ClientError::NoSuchSnapshot { .. }) => Ok(None),
             Err(error) => Err(export_error(error)),
         }
     }
 
     async fn list(&self) -> Result<Vec<String>, ExportError> {
         let map = self.client.map();
-        Ok(map.volumes.values().filter(|record| !record.is_deleting()).map(|record| record.name.clone()).collect())
+        let volumes = map.volumes.values().filter(|record| !record.is_deleting()).map(|record| record.name.clone());
+        let snapshots = map
+            .snapshots
+            .values()
+            .filter(|record| !record.hidden && !record.deleting)
+            .map(cluster::SnapshotRecord::full_name);
+        Ok(volumes.chain(snapshots).collect())
     }
 }
 
@@ -61,7 +73,12 @@ impl Export for VolumeExport {
     }
 
     fn description(&self) -> String {
-        format!("basalt volume {} (inode {:#x})", self.volume.name(), self.volume.id())
+        let what = if self.volume.is_read_only() { "snapshot" } else { "volume" };
+        format!("basalt {what} {} (inode {:#x})", self.volume.name(), self.volume.id())
+    }
+
+    fn read_only(&self) -> bool {
+        self.volume.is_read_only()
     }
 
     fn size_bytes(&self) -> u64 {
@@ -101,11 +118,13 @@ fn export_error(error: ClientError) -> ExportError {
     let message = error.to_string();
     match error {
         ClientError::NoSpace { .. } => ExportError::NoSpace(message),
+        ClientError::ReadOnly { .. } => ExportError::ReadOnly(message),
         // The server checks ranges against the size it advertised; these mean the volume
         // shrank or went away under the connection.
         ClientError::OutOfRange { .. }
         | ClientError::InvalidArgument { .. }
         | ClientError::NoSuchVolume { .. }
+        | ClientError::NoSuchSnapshot { .. }
         | ClientError::InvalidVolume { .. } => ExportError::Invalid(message),
         ClientError::Meta(_)
         | ClientError::Unavailable { .. }

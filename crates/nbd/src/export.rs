@@ -40,6 +40,12 @@ pub trait Export: Clone + Send + Sync + 'static {
         String::new()
     }
 
+    /// Whether the export takes no writes (a snapshot): advertised to the client, and every
+    /// write, write-zeroes and trim is refused with `EPERM` before it reaches the export.
+    fn read_only(&self) -> bool {
+        false
+    }
+
     /// The size. The server uses it rounded down to the export block size and reads it once per
     /// connection, when the client enters the transmission phase.
     fn size_bytes(&self) -> u64;

@@ -40,6 +40,7 @@ fn lookup(need: &Need) -> Found {
             name: "vol".to_string(),
             description: "a test volume".to_string(),
             size_bytes: (1 << 20) + 100,
+            read_only: false,
         }))),
         Need::Export(name) if name == "broken" => Found::Export(Err("injected failure".to_string())),
         Need::Export(_) => Found::Export(Ok(None)),

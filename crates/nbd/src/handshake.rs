@@ -236,6 +236,8 @@ pub struct ExportInfo {
     pub name: String,
     pub description: String,
     pub size_bytes: u64,
+    /// Advertised with `NBD_FLAG_READ_ONLY`; the server refuses writes with `EPERM`.
+    pub read_only: bool,
 }
 
 /// What was agreed for the transmission phase.
@@ -485,6 +487,9 @@ impl Negotiation {
         if self.structured {
             flags |= FLAG_SEND_DF;
         }
+        if info.read_only {
+            flags |= FLAG_READ_ONLY;
+        }
         let base_allocation =
             self.structured && matches!(&self.meta_context, Some((name, true)) if *name == export_name);
         Transmission {
@@ -650,7 +655,12 @@ mod tests {
     }
 
     fn found(size_bytes: u64) -> Found {
-        Found::Export(Ok(Some(ExportInfo { name: "vol".to_string(), description: String::new(), size_bytes })))
+        Found::Export(Ok(Some(ExportInfo {
+            name: "vol".to_string(),
+            description: String::new(),
+            size_bytes,
+            read_only: false,
+        })))
     }
 
     #[test]

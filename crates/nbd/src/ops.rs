@@ -64,6 +64,11 @@ pub(crate) async fn execute<E: Export>(
     command: Command,
     payload: Bytes,
 ) -> Outcome {
+    if export.read_only()
+        && matches!(command, Command::Write { .. } | Command::WriteZeroes { .. } | Command::Trim { .. })
+    {
+        return Outcome::Failed(ExportError::ReadOnly(format!("{} takes no writes", export.name())));
+    }
     match command {
         Command::Read { offset_bytes, length_bytes } => match read(export, offset_bytes, length_bytes).await {
             Ok(data) => Outcome::Data { offset_bytes, data },

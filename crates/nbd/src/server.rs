@@ -261,6 +261,7 @@ impl<X: Exports> Server<X> {
                             name: export.name().to_string(),
                             description: export.description(),
                             size_bytes: export.size_bytes(),
+                            read_only: export.read_only(),
                         };
                         opened = Some(export);
                         Found::Export(Ok(Some(info)))

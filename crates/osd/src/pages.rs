@@ -23,13 +23,36 @@ pub(crate) fn scatter(mut whole: AlignedBuffer, mask: u64, packed: &[u8]) -> Ali
     whole
 }
 
-fn pages(mask: u64) -> impl Iterator<Item = usize> {
+/// The pages `[offset_bytes, offset_bytes + length_bytes)` of an object covers.
+pub(crate) fn of_range(offset_bytes: u32, length_bytes: u32) -> u64 {
+    let (first, count) = (offset_bytes / PAGE_SIZE_BYTES, length_bytes / PAGE_SIZE_BYTES);
+    debug_assert!(first + count <= 64, "an object has at most 64 pages");
+    let ones = if count >= 64 { u64::MAX } else { (1u64 << count) - 1 };
+    ones << first
+}
+
+/// The whole pages of an object below its first `visible_bytes`.
+pub(crate) fn below(visible_bytes: u32) -> u64 {
+    of_range(0, visible_bytes / PAGE_SIZE_BYTES * PAGE_SIZE_BYTES)
+}
+
+pub(crate) fn pages(mask: u64) -> impl Iterator<Item = usize> {
     (0..64).filter(move |page| mask & (1 << page) != 0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn masks_cover_the_range() {
+        assert_eq!(of_range(0, 4096), 1);
+        assert_eq!(of_range(8192, 8192), 0b1100);
+        assert_eq!(of_range(0, 64 * 4096), u64::MAX);
+        assert_eq!(below(0), 0);
+        assert_eq!(below(4096 * 3 + 100), 0b111);
+        assert_eq!(below(64 * 4096), u64::MAX);
+    }
 
     #[test]
     fn pack_and_scatter_are_inverse_over_the_mask() {

@@ -50,11 +50,14 @@ pub enum Opcode {
     PgStates = 35,
     /// Admin: how many of a volume's objects in the PGs the OSD leads lack a copy (`basalt volume info`).
     VolumeRedundancy = 36,
+    /// Admin: completes once the OSD has applied the cluster map of a store revision and every
+    /// client write it admitted under an older map has finished (the seal of a snapshot).
+    Barrier = 37,
 }
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 17] = [
+    pub const ALL: [Opcode; 18] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
@@ -72,6 +75,7 @@ impl Opcode {
         Opcode::Space,
         Opcode::PgStates,
         Opcode::VolumeRedundancy,
+        Opcode::Barrier,
     ];
 
     /// The opcode with this number, or `None` if this build does not know it.
@@ -142,11 +146,14 @@ pub enum Status {
     /// one error reply with a body: the version held (`Response::NewerVersionHeld`), so the
     /// sender writes again above it.
     NewerVersion = 13,
+    /// The layer written to is frozen: a snapshot holds it, or the volume moved to another head.
+    /// A client writes again to the volume's head in a newer cluster map.
+    ReadOnly = 14,
 }
 
 impl Status {
     /// Every status, in numeric order.
-    pub const ALL: [Status; 14] = [
+    pub const ALL: [Status; 15] = [
         Status::Ok,
         Status::NotPrimary,
         Status::WrongEpoch,
@@ -161,6 +168,7 @@ impl Status {
         Status::ProtocolError,
         Status::BaseNotHeld,
         Status::NewerVersion,
+        Status::ReadOnly,
     ];
 
     /// The status with this number, or `None` if this build does not know it.
@@ -199,7 +207,7 @@ mod tests {
         }
         assert_eq!(Opcode::from_u16(0), None);
         assert_eq!(Opcode::from_u16(u16::MAX), None);
-        assert_eq!(Status::from_u32(14), None);
+        assert_eq!(Status::from_u32(15), None);
         assert_eq!(Status::from_u32(u32::MAX), None);
     }
 }

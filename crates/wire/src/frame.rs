@@ -257,6 +257,11 @@ pub enum Request {
     VolumeRedundancy {
         inode: u64,
     },
+    /// Answered once the OSD has applied the cluster map of store revision `revision` and every
+    /// client write it admitted under an older map has finished.
+    Barrier {
+        revision: u64,
+    },
     /// Whether `object` exists at the PG's primary (`Ok` with its version, or `NoSuchObject`).
     Stat {
         pg: PgId,
@@ -297,6 +302,7 @@ pub enum Response {
         present: u64,
     },
     Ping,
+    Barrier,
     Stat {
         version: u64,
     },
@@ -371,6 +377,7 @@ impl Request {
             Request::Space => Opcode::Space,
             Request::PgStates => Opcode::PgStates,
             Request::VolumeRedundancy { .. } => Opcode::VolumeRedundancy,
+            Request::Barrier { .. } => Opcode::Barrier,
             Request::Stat { .. } => Opcode::Stat,
         }
     }
@@ -390,9 +397,12 @@ impl Request {
             | Request::SecReplace { pg, .. }
             | Request::ObjectInfo { pg, .. }
             | Request::Stat { pg, .. } => Some(pg),
-            Request::Flush | Request::Ping | Request::Space | Request::PgStates | Request::VolumeRedundancy { .. } => {
-                None
-            }
+            Request::Flush
+            | Request::Ping
+            | Request::Space
+            | Request::PgStates
+            | Request::VolumeRedundancy { .. }
+            | Request::Barrier { .. } => None,
         }
     }
 }
@@ -416,6 +426,7 @@ impl Response {
             Response::Space { .. } => Opcode::Space,
             Response::PgStates { .. } => Opcode::PgStates,
             Response::VolumeRedundancy { .. } => Opcode::VolumeRedundancy,
+            Response::Barrier => Opcode::Barrier,
             Response::Stat { .. } => Opcode::Stat,
             Response::NewerVersionHeld { opcode, .. } | Response::Failed { opcode, .. } => *opcode,
         }
@@ -554,7 +565,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
         Opcode::Read | Opcode::WriteZeroes | Opcode::Trim => PG + 8 + 8 + 4,
         Opcode::Write => PG + 8 + 8,
         Opcode::Flush | Opcode::Ping | Opcode::Space | Opcode::PgStates => 0,
-        Opcode::VolumeRedundancy => 8,
+        Opcode::VolumeRedundancy | Opcode::Barrier => 8,
         Opcode::SecRead => PG + OBJECT + 4 + 4,
         Opcode::SecWrite => PG + OBJECT + 8 + 4,
         Opcode::SecDelete => PG + OBJECT + 8,
@@ -615,6 +626,7 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
         }
         Request::Flush | Request::Ping | Request::Space | Request::PgStates => {}
         Request::VolumeRedundancy { inode } => put_u64(out, *inode),
+        Request::Barrier { revision } => put_u64(out, *revision),
         Request::SecRead { pg, object, offset_bytes, length_bytes } => {
             put_pg(out, *pg);
             put_object(out, *object);
@@ -671,7 +683,8 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
         | Response::SecDelete
         | Response::SecWritePages
         | Response::SecReplace
-        | Response::Ping => {}
+        | Response::Ping
+        | Response::Barrier => {}
         Response::SecRead { version, present, data } => {
             put_u64(out, *version);
             put_u64(out, *present);
@@ -780,6 +793,7 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         Opcode::Space => Request::Space,
         Opcode::PgStates => Request::PgStates,
         Opcode::VolumeRedundancy => Request::VolumeRedundancy { inode: reader.u64()? },
+        Opcode::Barrier => Request::Barrier { revision: reader.u64()? },
         Opcode::Stat => Request::Stat { pg: reader.pg()?, object: reader.object()? },
     })
 }
@@ -815,6 +829,7 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
             Response::ObjectInfo { version: reader.u64()?, data_crc32c: reader.u32()?, present: reader.u64()? }
         }
         Opcode::Ping => Response::Ping,
+        Opcode::Barrier => Response::Barrier,
         Opcode::Space => {
             reader.require(24)?;
             Response::Space { used_bytes: reader.u64()?, total_bytes: reader.u64()?, object_count: reader.u64()? }

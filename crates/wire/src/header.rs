@@ -13,7 +13,7 @@ pub use crate::limits::HEADER_SIZE_BYTES;
 pub const MAGIC: u32 = u32::from_le_bytes(*b"BSLW");
 
 /// The only protocol version this build speaks and accepts.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Set in replies, clear in requests.
 pub const FLAG_REPLY: u32 = 1 << 0;
@@ -208,7 +208,7 @@ mod tests {
         let bytes = header.encode();
         let expected_prefix: [u8; 44] = [
             b'B', b'S', b'L', b'W', // magic
-            2, 0, // version
+            3, 0, // version
             17, 0, // opcode
             1, 0, 0, 0, // flags
             0x04, 0x03, 0x02, 0x01, // payload size

@@ -18,5 +18,6 @@ pub mod osd_run;
 pub mod pg;
 pub mod pool;
 pub mod scrub;
+pub mod snapshot;
 pub mod status;
 pub mod volume;

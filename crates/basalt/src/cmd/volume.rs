@@ -1,4 +1,4 @@
-//! `basalt volume create|ls|info|resize|rm`: volumes through the mon's API.
+//! `basalt volume create|ls|info|resize|clone|rollback|rm`: volumes through the mon's API.
 
 use mon::views::{VolumeList, VolumeView};
 use serde_json::json;
@@ -39,6 +39,23 @@ pub enum Command {
         #[arg(long = "size", value_name = "SIZE", value_parser = parse_bytes)]
         size_bytes: u64,
     },
+    /// Create a volume that reads through a snapshot: nothing is copied, it costs only what is
+    /// written to it.
+    Clone {
+        /// The snapshot, VOLUME@SNAPSHOT.
+        snapshot: String,
+        /// The new volume's name.
+        name: String,
+        /// The pool [default: the snapshot's, the only one a clone can be in].
+        #[arg(long, value_name = "NAME")]
+        pool: Option<String>,
+    },
+    /// Roll a volume back to one of its snapshots, online: writes after the call see the
+    /// snapshot's data (and its size); the volume's data since is deleted in the background.
+    Rollback {
+        /// The snapshot, VOLUME@SNAPSHOT.
+        snapshot: String,
+    },
     /// Delete a volume: its data is removed in the background, with progress shown until it is
     /// gone (unless --no-wait).
     Rm {
@@ -64,6 +81,17 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
         Command::Info { name } => client.get(&format!("/volumes/{}", segment(name)))?,
         Command::Resize { name, size_bytes } => {
             client.patch(&format!("/volumes/{}", segment(name)), &json!({"size_bytes": size_bytes}))?
+        }
+        Command::Clone { snapshot, name, pool } => {
+            let mut body = json!({ "name": name });
+            if let Some(pool) = pool {
+                body["pool"] = json!(pool);
+            }
+            client.post(&format!("/snapshots/{}/clones", segment(snapshot)), &body)?
+        }
+        Command::Rollback { snapshot } => {
+            let volume = snapshot.split_once('@').map_or(snapshot.as_str(), |(volume, _)| volume);
+            client.post(&format!("/volumes/{}/rollback", segment(volume)), &json!({ "snapshot": snapshot }))?
         }
         Command::Rm { name, .. } => client.delete(&format!("/volumes/{}", segment(name)))?,
     };
@@ -107,6 +135,15 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
             println!("size         {} ({} bytes)", format_bytes(volume.size_bytes), volume.size_bytes);
             println!("object size  {}", format_bytes(u64::from(volume.object_size_bytes)));
             println!("parent       {}", volume.parent.as_deref().unwrap_or("-"));
+            for (depth, layer) in volume.chain.iter().enumerate() {
+                println!(
+                    "  {:>3}        {} (layer {:#x}, {} shows through)",
+                    depth + 1,
+                    layer.name,
+                    layer.id,
+                    format_bytes(layer.visible_bytes)
+                );
+            }
             println!("state        {}", volume.state);
             if let Some(deletion) = volume.deletion {
                 println!("deleted      {} of {} objects", deletion.objects_done, deletion.objects_total);
@@ -131,6 +168,14 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
                     }
                 );
             }
+        }
+        Command::Clone { snapshot, .. } => {
+            let volume: VolumeView = decode(answer)?;
+            println!("created volume {} ({}) as a clone of {snapshot}", volume.name, format_bytes(volume.size_bytes));
+        }
+        Command::Rollback { snapshot } => {
+            let volume: VolumeView = decode(answer)?;
+            println!("volume {} rolled back to {snapshot} ({})", volume.name, format_bytes(volume.size_bytes));
         }
         Command::Resize { .. } => {
             let volume: VolumeView = decode(answer)?;

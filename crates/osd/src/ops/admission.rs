@@ -59,7 +59,7 @@ pub(crate) enum Role {
     Secondary,
     /// Queries of one object that hold at any epoch (ObjectInfo).
     Admin,
-    /// Ops that address no PG (Flush, Ping, Space, PgStates, VolumeRedundancy).
+    /// Ops that address no PG (Flush, Ping, Space, PgStates, VolumeRedundancy, Barrier).
     Connection,
 }
 
@@ -78,9 +78,12 @@ impl Role {
             | Request::SecRead { .. }
             | Request::SecList { .. } => Role::Secondary,
             Request::ObjectInfo { .. } => Role::Admin,
-            Request::Flush | Request::Ping | Request::Space | Request::PgStates | Request::VolumeRedundancy { .. } => {
-                Role::Connection
-            }
+            Request::Flush
+            | Request::Ping
+            | Request::Space
+            | Request::PgStates
+            | Request::VolumeRedundancy { .. }
+            | Request::Barrier { .. } => Role::Connection,
         }
     }
 }
@@ -209,9 +212,12 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
             Some((object, offset_bytes))
         }
         Request::SecList { .. } => None,
-        Request::Flush | Request::Ping | Request::Space | Request::PgStates | Request::VolumeRedundancy { .. } => {
-            unreachable!("no pg")
-        }
+        Request::Flush
+        | Request::Ping
+        | Request::Space
+        | Request::PgStates
+        | Request::VolumeRedundancy { .. }
+        | Request::Barrier { .. } => unreachable!("no pg"),
     };
     // An object's current state may be asked of any OSD holding it, lease or not.
     if role != Role::Admin && !osd.may_serve {

@@ -9,6 +9,7 @@
 
 mod admission;
 mod connection;
+mod layers;
 mod primary;
 mod secondary;
 
@@ -28,6 +29,7 @@ pub(crate) use self::admission::PgView;
 use self::admission::{Admitted, Decision, Role};
 pub(crate) use self::connection::{ConnectionState, Ticket};
 pub(crate) use self::primary::Mutation;
+use crate::barrier::WritesByRevision;
 use crate::engine_io::EngineIo;
 use crate::liveness::Liveness;
 use crate::locks::ObjectLocks;
@@ -38,6 +40,9 @@ use crate::pg::{peering, scrub};
 
 /// How long a client's op waits for its PG to finish peering before answering `Busy`.
 const PEERING_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a Barrier waits for its map and the writes admitted before it.
+const BARRIER_WAIT: Duration = Duration::from_secs(10);
 
 /// Why an op failed; [`OpError::status`] decides what the requester sees. Every variant that
 /// answers `Busy` is a condition the requester outlives by retrying.
@@ -95,6 +100,17 @@ pub(crate) enum OpError {
     /// This OSD's drive, or a member's, is past the cluster's full ratio: no new objects.
     #[error("osd.{osd} is {used_percent}% full, at or past the full ratio of {full_percent}%: no new objects")]
     Full { osd: u32, used_percent: u32, full_percent: u32 },
+    /// The layer is a snapshot's: no client write changes it.
+    #[error("layer {inode:#x} is frozen: a snapshot holds it")]
+    LayerFrozen { inode: u64 },
+    #[error("layer {inode:#x} is a head waiting for its snapshot's seal")]
+    LayerSealing { inode: u64 },
+    /// No volume's head nor snapshot in this OSD's map: its map is behind the client's, or the
+    /// layer was replaced (a rollback) or is being removed.
+    #[error("layer {inode:#x} is not in this osd's cluster map")]
+    LayerUnknown { inode: u64 },
+    #[error("the map of revision {revision} or the writes admitted before it did not arrive in time")]
+    BarrierNotReached { revision: u64 },
     #[error("engine: {0}")]
     Engine(#[from] EngineError),
 }
@@ -111,6 +127,7 @@ impl OpError {
             OpError::Full { .. } => Status::NoSpace,
             OpError::BaseNotHeld { .. } => Status::BaseNotHeld,
             OpError::NewerVersionHeld { .. } => Status::NewerVersion,
+            OpError::LayerFrozen { .. } => Status::ReadOnly,
             // A secondary's lack of space is the write's; anything else it answers is a state
             // the write outlives by retrying (a failed drive stops its OSD, which then leaves
             // the PG).
@@ -130,7 +147,10 @@ impl OpError {
             | OpError::MemberNotListed { .. }
             | OpError::HistoryChanged { .. }
             | OpError::HistoryNotRecorded { .. }
-            | OpError::RepairUnfinished { .. } => Status::Busy,
+            | OpError::RepairUnfinished { .. }
+            | OpError::LayerSealing { .. }
+            | OpError::LayerUnknown { .. }
+            | OpError::BarrierNotReached { .. } => Status::Busy,
         }
     }
 }
@@ -179,6 +199,8 @@ pub(crate) struct Osd {
     pub(crate) members_full: std::cell::RefCell<std::collections::BTreeMap<u32, tokio::time::Instant>>,
     /// PGs that came up clean since the last summary line.
     pub(crate) quiet_activations: QuietActivations,
+    /// Client writes in flight by the map that admitted them, for the seal of a snapshot.
+    pub(crate) client_writes: WritesByRevision,
 }
 
 /// Counts PGs that came up clean, for one summary line once a burst of them is over (a healthy
@@ -256,6 +278,7 @@ impl Osd {
             stray_failures: Default::default(),
             members_full: Default::default(),
             quiet_activations: QuietActivations::default(),
+            client_writes: WritesByRevision::default(),
         }
     }
 
@@ -383,8 +406,10 @@ impl Osd {
         connection: &ConnectionState,
         ticket: Ticket<'_>,
     ) -> Result<Response, OpError> {
-        let (admitted, pg_count) = self.admit(epoch, &request).await?;
+        let (admitted, pg_count, revision) = self.admit(epoch, &request).await?;
         let object = || admitted.object.expect("admission located the object");
+        let _write = matches!(request, Request::Write { .. } | Request::WriteZeroes { .. } | Request::Trim { .. })
+            .then(|| self.client_writes.admitted(revision));
         match request {
             Request::Read { pg, length_bytes, .. } => {
                 let (object, offset) = object();
@@ -405,7 +430,7 @@ impl Osd {
             }
             Request::Trim { pg, length_bytes, .. } => {
                 let (object, offset) = object();
-                self.replicate(pg, epoch, object, self.trim_mutation(offset, length_bytes)).await?;
+                self.replicate(pg, epoch, object, self.trim_mutation(object, offset, length_bytes)).await?;
                 drop(ticket);
                 Ok(Response::Trim)
             }
@@ -435,6 +460,7 @@ impl Osd {
             Request::Ping => Ok(Response::Ping),
             Request::PgStates => Ok(self.pg_states()),
             Request::VolumeRedundancy { inode } => Ok(self.volume_redundancy(inode)),
+            Request::Barrier { revision } => self.barrier(revision).await,
             Request::Space => {
                 let space = self.engine.with(|engine| engine.space());
                 Ok(Response::Space {
@@ -447,8 +473,9 @@ impl Osd {
     }
 
     /// Admission on the current map; a request ahead of it waits up to `epoch_wait` for the
-    /// map to catch up. Returns what admission found and the PG's pool's PG count.
-    async fn admit(&self, epoch: u64, request: &Request) -> Result<(Admitted, u32), OpError> {
+    /// map to catch up. Returns what admission found, the PG's pool's PG count and the
+    /// revision of the map that admitted it.
+    async fn admit(&self, epoch: u64, request: &Request) -> Result<(Admitted, u32, i64), OpError> {
         let deadline = tokio::time::Instant::now() + self.epoch_wait;
         let mut receiver = self.map.clone();
         loop {
@@ -460,7 +487,10 @@ impl Osd {
                 may_serve: self.liveness.may_serve(),
             };
             match admission::admit(view, osd, epoch, request) {
-                Decision::Admit(admitted) => return Ok((admitted, view.map_or(0, |view| view.pg_count))),
+                Decision::Admit(admitted) => {
+                    layers::check_write(&map, request)?;
+                    return Ok((admitted, view.map_or(0, |view| view.pg_count), map.revision));
+                }
                 Decision::Refuse(error) => return Err(error),
                 Decision::WaitForMap => {}
             }
@@ -471,6 +501,19 @@ impl Osd {
                 return Err(admission::map_behind(PgView::lookup(&map, pg), Role::of(request), pg, epoch));
             }
         }
+    }
+
+    /// Answers once this OSD applied the map of `revision` and no client write admitted under
+    /// an older map is in flight: from then on, no write to a layer that map froze lands.
+    async fn barrier(&self, revision: u64) -> Result<Response, OpError> {
+        let target = i64::try_from(revision).unwrap_or(i64::MAX);
+        let mut receiver = self.map.clone();
+        let reached = async {
+            let _ = receiver.wait_for(|map| map.revision >= target).await;
+            self.client_writes.drained_before(target).await;
+        };
+        tokio::time::timeout(BARRIER_WAIT, reached).await.map_err(|_| OpError::BarrierNotReached { revision })?;
+        Ok(Response::Barrier)
     }
 
     /// The PG's epoch in the current map (zero if it does not exist).

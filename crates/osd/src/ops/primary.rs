@@ -13,7 +13,7 @@ use wire::{Opcode, PgId, Request, Response, Status};
 use std::rc::Rc;
 
 use super::admission::{self, PgView};
-use super::{OpError, Osd};
+use super::{ObjectRead, OpError, Osd};
 use crate::limits::OBJECT_SIZE_MAX_BYTES;
 use crate::pg::state::Pg;
 use crate::pg::{recovery, scrub};
@@ -44,6 +44,8 @@ impl Mutation {
 }
 
 impl Osd {
+    /// A client's read: what the object holds of the range, and where it holds no data, what
+    /// the layers below it hold (`layers.rs`).
     pub(crate) async fn primary_read(
         self: &Rc<Self>,
         pg: PgId,
@@ -53,63 +55,80 @@ impl Osd {
         length_bytes: u32,
     ) -> Result<Response, OpError> {
         let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
-        let read = {
-            let _object = self.locks.read(object).await;
-            self.still_primary(pg, epoch)?;
-            self.still_active(&state)?;
-            self.read(object, offset_bytes, length_bytes).await
-        };
-        let data = match read {
-            Ok(read) => read.data,
-            // A copy that fails its checksums or cannot be read here is rewritten from a member's
-            // good copy, and the client gets that: it never sees the error while one exists.
-            Err(error) if scrub::unreadable(&error) => {
-                stdx::coverage::mark("read: an unreadable copy repaired from a member's");
-                tracing::warn!(osd = self.id, pg = %pg, %object, %error, "repairing a copy that cannot be read");
-                match self.repair(&state, object).await {
-                    // Served from the good copy the repair wrote: the drive that failed the
-                    // read may fail the next one too.
-                    Ok(Some(data)) => data.slice(offset_bytes as usize..(offset_bytes + length_bytes) as usize),
-                    // Every copy reads well now (the drive's error did not last).
-                    Ok(None) => {
-                        let _object = self.locks.read(object).await;
-                        self.still_primary(pg, epoch)?;
-                        self.still_active(&state)?;
-                        self.read(object, offset_bytes, length_bytes).await?.data
-                    }
-                    Err(scrub::RepairError::Unrepairable(reason)) => {
-                        tracing::error!(osd = self.id, pg = %pg, %object, %reason, "cannot repair a copy");
-                        return Err(error);
-                    }
-                    Err(scrub::RepairError::Unfinished(reason)) => {
-                        tracing::warn!(osd = self.id, pg = %pg, %object, %reason, "the repair of a copy did not finish");
-                        return Err(OpError::RepairUnfinished { pg, object, reason });
-                    }
-                }
-            }
-            Err(error) => return Err(error),
+        let below = self.layers_below(object);
+        let head = self.read_repairing(&state, object, offset_bytes, length_bytes).await?;
+        let data = if below.is_empty() {
+            head.data
+        } else {
+            self.read_through(&state, head, &below, offset_bytes, length_bytes).await?
         };
         Ok(Response::Read { data })
     }
 
+    /// Reads a range of an object under its queue. A copy that fails its checksums or cannot be
+    /// read here is rewritten from a member's good copy, and the reader gets that: it never sees
+    /// the error while one exists.
+    pub(crate) async fn read_repairing(
+        self: &Rc<Self>,
+        state: &Rc<Pg>,
+        object: ObjectId,
+        offset_bytes: u32,
+        length_bytes: u32,
+    ) -> Result<ObjectRead, OpError> {
+        let (pg, epoch) = (state.id, state.epoch);
+        let read = {
+            let _object = self.locks.read(object).await;
+            self.still_primary(pg, epoch)?;
+            self.still_active(state)?;
+            self.read(object, offset_bytes, length_bytes).await
+        };
+        match read {
+            Ok(read) => Ok(read),
+            Err(error) if scrub::unreadable(&error) => {
+                stdx::coverage::mark("read: an unreadable copy repaired from a member's");
+                tracing::warn!(osd = self.id, pg = %pg, %object, %error, "repairing a copy that cannot be read");
+                match self.repair(state, object).await {
+                    // Served from the good copy the repair wrote: the drive that failed the
+                    // read may fail the next one too.
+                    Ok(Some(copy)) => {
+                        let range = offset_bytes as usize..(offset_bytes + length_bytes) as usize;
+                        let pages = crate::pages::of_range(offset_bytes, length_bytes);
+                        Ok(ObjectRead {
+                            version: copy.version,
+                            present: copy.present & pages,
+                            data: copy.data.slice(range),
+                        })
+                    }
+                    // Every copy reads well now (the drive's error did not last).
+                    Ok(None) => {
+                        let _object = self.locks.read(object).await;
+                        self.still_primary(pg, epoch)?;
+                        self.still_active(state)?;
+                        self.read(object, offset_bytes, length_bytes).await
+                    }
+                    Err(scrub::RepairError::Unrepairable(reason)) => {
+                        tracing::error!(osd = self.id, pg = %pg, %object, %reason, "cannot repair a copy");
+                        Err(error)
+                    }
+                    Err(scrub::RepairError::Unfinished(reason)) => {
+                        tracing::warn!(osd = self.id, pg = %pg, %object, %reason, "the repair of a copy did not finish");
+                        Err(OpError::RepairUnfinished { pg, object, reason })
+                    }
+                }
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Whether the object, or a layer below it that shows through, holds data.
     pub(crate) async fn primary_stat(&self, pg: PgId, epoch: u64, object: ObjectId) -> Result<Response, OpError> {
         let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
         let _object = self.locks.read(object).await;
         self.still_primary(pg, epoch)?;
         self.still_active(&state)?;
-        if !self.object_exists(object) {
-            return Err(OpError::NoSuchObject);
-        }
-        let version = self.engine.with(|engine| engine.object_version(object)).unwrap_or(0);
-        Ok(Response::Stat { version })
-    }
-
-    /// A Trim of a whole object deletes it; of part of one, writes zeros.
-    pub(crate) fn trim_mutation(&self, offset_bytes: u32, length_bytes: u32) -> Mutation {
-        if offset_bytes == 0 && length_bytes == self.object_size_bytes {
-            Mutation::Delete
-        } else {
-            Mutation::zeros(offset_bytes, length_bytes)
+        match self.stat_through(object) {
+            Some(version) => Ok(Response::Stat { version }),
+            None => Err(OpError::NoSuchObject),
         }
     }
 

@@ -14,7 +14,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use cluster::records::{decode, encode, FORMAT_VERSION};
 use cluster::{keys, PgScrubRecord};
 use engine::{EngineError, ObjectId};
@@ -24,7 +23,7 @@ use wire::{PgId, Request, Response, Status};
 use super::retry::{log_failure, PerPg, STUCK_AFTER};
 use super::state::Pg;
 use crate::ops::Mutation;
-use crate::ops::{OpError, Osd};
+use crate::ops::{ObjectRead, OpError, Osd};
 use crate::pacer::Priority;
 
 /// How often the OSD looks for PGs to scrub.
@@ -289,7 +288,7 @@ impl Osd {
         self: &Rc<Self>,
         state: &Rc<Pg>,
         object: ObjectId,
-    ) -> Result<Option<Bytes>, RepairError> {
+    ) -> Result<Option<ObjectRead>, RepairError> {
         let _object = self.locks.write(object).await;
         self.still_current(state).map_err(RepairError::Unfinished)?;
         let (acting, away) = state
@@ -335,12 +334,11 @@ impl Osd {
             let address = map.address(source).ok_or_else(|| unfinished(format!("osd.{source} is down")))?;
             self.read_member_copy(state.id, state.epoch, source, address, object).await.map_err(unfinished)?
         };
-        let data = copy.data.clone();
-        let mutation = Mutation::Replace { data: copy.data, present: copy.present };
+        let mutation = Mutation::Replace { data: copy.data.clone(), present: copy.present };
         self.replicate_held(state, object, mutation)
             .await
             .map_err(|error| unfinished(format!("rewriting {object}: {error}")))?;
-        Ok(Some(data))
+        Ok(Some(copy))
     }
 
     /// Stores the PG's result and remembers it.

@@ -1,0 +1,313 @@
+//! Snapshots, clones and rollback (ADR 0026) with real processes in a network namespace: data
+//! written with `qemu-io` through NBD and, alike, into model files on the local filesystem;
+//! `qemu-img compare` holds each export to its model after overwrites of the volume and of a
+//! clone, whole-object trims over a parent, an OSD killed and its PGs recovered, a scrub that
+//! repairs damaged copies, and a rollback. Then every bad input the commands refuse.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::cluster::*;
+use common::{Store, BASALT};
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+const SIZE: u64 = 32 * MIB;
+
+fn export(name: &str) -> String {
+    format!("nbd://127.0.0.1:10809/{name}")
+}
+
+/// Runs `qemu-io` commands on `target` (an NBD URI or a file).
+fn qemu_io(target: &str, commands: &[String]) -> std::process::Output {
+    let mut command = Command::new("qemu-io");
+    command.args(["-f", "raw"]);
+    for each in commands {
+        command.args(["-c", each]);
+    }
+    command.arg(target).output().expect("run qemu-io")
+}
+
+/// Applies `commands` to the export and to its model file alike.
+fn write_both(name: &str, model: &Path, commands: &[String]) {
+    for target in [export(name), model.to_str().expect("utf-8").to_string()] {
+        let output = qemu_io(&target, commands);
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success() && !text.contains("failed"), "qemu-io {commands:?} on {target}: {text}");
+    }
+}
+
+/// The export reads exactly as its model.
+fn same(name: &str, model: &Path) {
+    let output = Command::new("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw", &export(name), model.to_str().expect("utf-8")])
+        .output()
+        .expect("run qemu-img");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{name} differs from its model: {text}");
+}
+
+fn model(dir: &Path, name: &str, from: Option<&Path>) -> PathBuf {
+    let path = dir.join(format!("{name}.model"));
+    match from {
+        Some(from) => {
+            std::fs::copy(from, &path).expect("copy a model");
+        }
+        None => std::fs::File::create(&path).and_then(|file| file.set_len(SIZE)).expect("a model file"),
+    }
+    path
+}
+
+/// `basalt ARGS`, expected to fail; returns its stderr.
+fn refused(args: &[&str]) -> String {
+    let output = Command::new(BASALT).args(args).args(["--api", API]).output().expect("run basalt");
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(!output.status.success(), "basalt {args:?} succeeded: {}", String::from_utf8_lossy(&output.stdout));
+    stderr
+}
+
+fn api(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--json", "--api", API]);
+    serde_json::from_str(&cli(&all)).expect("json")
+}
+
+#[test]
+fn snapshots_and_clones_keep_their_data_through_overwrites_failures_scrub_and_rollback() {
+    isolated(|| {
+        let mut cluster = Cluster::start(Store::Embedded, "snapshots", 3, 3, 2, "32M");
+        let dir = cluster.scratch.path().to_path_buf();
+        let v = model(&dir, "v", None);
+        // Whole objects, runs of pages and single pages, so objects hold some pages only.
+        let first: Vec<String> = [
+            "write -P 0x11 0 1M",
+            "write -P 0x12 4M 4k",
+            "write -P 0x13 4259840 8k",
+            "write -P 0x14 9441280 124k",
+            "write -P 0x15 20M 3M",
+        ]
+        .map(String::from)
+        .to_vec();
+        write_both("v", &v, &first);
+        let snapshot = api(&["snapshot", "create", "v@s1"]);
+        assert_eq!(snapshot["name"], "v@s1", "{snapshot}");
+        let s1 = model(&dir, "s1", Some(&v));
+
+        // Overwrites of pages the snapshot holds, pages it lacks in objects it holds, a whole
+        // object trimmed and one zeroed over the snapshot's data: none of it shows in v@s1, and
+        // the trimmed and zeroed objects read zeros in v, not the snapshot's data.
+        let second: Vec<String> = [
+            "write -P 0x21 4k 4k",
+            "write -P 0x22 4202496 4k",
+            "write -P 0x23 9M 4k",
+            "discard 128k 128k",
+            "write -z 21102592 128k",
+            "write -P 0x24 30M 1M",
+        ]
+        .map(String::from)
+        .to_vec();
+        write_both("v", &v, &second);
+        same("v", &v);
+        same("v@s1", &s1);
+
+        // The snapshot is a read-only export.
+        let info: Value = serde_json::from_slice(
+            &Command::new("nbdinfo").args(["--json", &export("v@s1")]).output().expect("nbdinfo").stdout,
+        )
+        .expect("nbdinfo json");
+        assert_eq!(info["exports"][0]["is_read_only"], true, "{info}");
+        let write = qemu_io(&export("v@s1"), &["write -P 0x99 0 4k".to_string()]);
+        let text = format!("{}{}", String::from_utf8_lossy(&write.stdout), String::from_utf8_lossy(&write.stderr));
+        assert!(text.contains("failed") || !write.status.success(), "a write to a snapshot went through: {text}");
+        same("v@s1", &s1);
+
+        // A clone reads the snapshot where it has not written.
+        let clone = api(&["volume", "clone", "v@s1", "c"]);
+        assert_eq!(clone["parent"], "v@s1", "{clone}");
+        let c = model(&dir, "c", Some(&s1));
+        let third: Vec<String> =
+            ["write -P 0x31 512k 4k", "write -P 0x32 4206592 4k", "discard 21233664 128k", "write -P 0x33 10M 64k"]
+                .map(String::from)
+                .to_vec();
+        write_both("c", &c, &third);
+        same("c", &c);
+        same("v@s1", &s1);
+        same("v", &v);
+        let info = api(&["volume", "info", "c"]);
+        assert_eq!(info["chain"][0]["name"], "v@s1", "{info}");
+
+        // An OSD killed while the clone and the volume are written: recovery and catch-up copy
+        // what it lacks with its pages, and the clone still reads its parent where it never wrote.
+        cluster.kill_osd(1);
+        let fourth: Vec<String> =
+            ["write -P 0x41 4210688 4k", "write -P 0x42 21M 4k", "write -P 0x43 0 64k"].map(String::from).to_vec();
+        write_both("c", &c, &fourth);
+        write_both("v", &v, &fourth);
+        cluster.start_osd(1);
+        wait_clean();
+        same("c", &c);
+        same("v", &v);
+        same("v@s1", &s1);
+        replicas_equal();
+
+        // A scrub finds every copy alike, and after damage on one drive it repairs each copy
+        // from a good one, keeping which pages it holds.
+        let scrub: Value = serde_json::from_str(&cli(&["scrub", "--wait", "--json", "--api", API])).expect("json");
+        assert_eq!(scrub["found"], 0, "{scrub}");
+        let (status, _) = cluster.osds[2].take().expect("a running osd").stop(15, Duration::from_secs(30));
+        assert!(status.success(), "osd 2 did not stop cleanly: {status:?}");
+        damage_first_pages(&cluster.data(2));
+        cluster.start_osd(2);
+        wait_clean();
+        let scrub: Value = serde_json::from_str(&cli(&["scrub", "--wait", "--json", "--api", API])).expect("json");
+        assert!(scrub["found"].as_u64().unwrap() > 0, "the damage was not found: {scrub}");
+        assert_eq!(scrub["unrepairable"], 0, "{scrub}");
+        same("c", &c);
+        same("v", &v);
+        same("v@s1", &s1);
+        replicas_equal();
+
+        // A rollback: v reads as the snapshot again; its data since is deleted in the background.
+        let rolled = api(&["volume", "rollback", "v@s1"]);
+        assert_eq!(rolled["parent"], "v@s1", "{rolled}");
+        same("v", &s1);
+        let after_rollback: Vec<String> = ["write -P 0x51 8M 4k"].map(String::from).to_vec();
+        let v = model(&dir, "v-rolled", Some(&s1));
+        write_both("v", &v, &after_rollback);
+        same("v", &v);
+        same("c", &c);
+
+        // Removing: the snapshot has a clone, so it stays until the clone goes.
+        let error = refused(&["snapshot", "rm", "v@s1"]);
+        assert!(error.contains("clones") && error.contains('c'), "{error}");
+        cli(&["volume", "rm", "c", "--api", API]);
+        cli(&["snapshot", "rm", "v@s1", "--api", API]);
+        let list = api(&["snapshot", "ls"]);
+        assert_eq!(list["snapshots"].as_array().map(Vec::len), Some(0), "{list}");
+        same("v", &v);
+        cli(&["volume", "rm", "v", "--api", API]);
+        // Every object of the family is gone: nothing is left on the drives.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while held_objects() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "objects left after the family's removal: {:?}",
+                objects_left()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    });
+}
+
+/// The objects every OSD holds, by its Space answer.
+fn held_objects() -> u64 {
+    let listing = api(&["osd", "ls"]);
+    let osds = listing["osds"].as_array().expect("osds");
+    osds.iter()
+        .map(|osd| match call(osd["address"].as_str().expect("an address"), 0, wire::Request::Space) {
+            wire::Response::Space { object_count, .. } => object_count,
+            other => panic!("a Space reply {other:?}"),
+        })
+        .sum()
+}
+
+/// Every object each PG's members list, as `(osd, inode, stripe, version)`.
+fn objects_left() -> Vec<(u64, u64, u64, u64)> {
+    let listing = api(&["osd", "ls"]);
+    let osds = listing["osds"].as_array().expect("osds").clone();
+    let mut left = Vec::new();
+    for pg in pgs() {
+        let id = wire::PgId { pool: pg["pool"].as_u64().unwrap() as u32, pg: pg["pg"].as_u64().unwrap() as u32 };
+        let epoch = pg["epoch"].as_u64().unwrap();
+        for osd in &osds {
+            let start = wire::ObjectId { inode: 0, stripe: 0 };
+            let request = wire::Request::SecList { pg: id, start, count_max: 100_000 };
+            if let wire::Response::SecList { entries } = call(osd["address"].as_str().unwrap(), epoch, request) {
+                let id = osd["id"].as_u64().unwrap();
+                left.extend(entries.iter().map(|entry| (id, entry.object.inode, entry.object.stripe, entry.version)));
+            }
+        }
+    }
+    left
+}
+
+/// Damages the first page of every data block of a stopped OSD's drive.
+fn damage_first_pages(data: &str) {
+    use std::io::{Seek, SeekFrom, Write};
+    let info: Value = serde_json::from_str(&cli(&["osd", "info", "--data", data, "--json"])).expect("json");
+    let data_offset = info["data_offset_bytes"].as_u64().expect("a data offset");
+    let object_size = info["object_size_bytes"].as_u64().expect("an object size");
+    let blocks = info["block_count"].as_u64().expect("a block count");
+    let mut file = std::fs::OpenOptions::new().write(true).open(data).expect("open the drive");
+    for block in 0..blocks.min(4096) {
+        file.seek(SeekFrom::Start(data_offset + block * object_size)).expect("seek");
+        file.write_all(&[0xee; 4096]).expect("damage");
+    }
+    file.sync_all().expect("sync");
+}
+
+/// A POST to the API with a JSON body; returns the whole HTTP answer.
+fn post(path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(API).expect("connect to the API");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {API}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read the answer");
+    answer
+}
+
+#[test]
+fn snapshot_commands_refuse_bad_input_and_change_nothing() {
+    isolated(|| {
+        let _cluster = Cluster::start(Store::Embedded, "snapshots-bad-input", 3, 3, 2, "8M");
+        cli(&["volume", "create", "w", "--size", "4M", "--pool", "p", "--api", API]);
+        cli(&["snapshot", "create", "v@one", "--api", API]);
+        cli(&["snapshot", "create", "w@one", "--api", API]);
+        cli(&["pool", "create", "q", "--replicas", "2", "--pgs", "8", "--api", API]);
+        for (args, expect) in [
+            (vec!["snapshot", "create", "v"], "VOLUME@SNAPSHOT"),
+            (vec!["snapshot", "create", "v@"], "VOLUME@SNAPSHOT"),
+            (vec!["snapshot", "create", "@s"], "VOLUME@SNAPSHOT"),
+            (vec!["snapshot", "create", "v@a@b"], "VOLUME@SNAPSHOT"),
+            (vec!["snapshot", "create", "v@a/b"], "'/'"),
+            (vec!["snapshot", "create", &format!("v@{}", "x".repeat(65))], "1 to 64"),
+            (vec!["snapshot", "create", "nosuch@s"], "does not exist"),
+            (vec!["snapshot", "create", "v@one"], "already exists"),
+            (vec!["snapshot", "info", "v@nosuch"], "does not exist"),
+            (vec!["snapshot", "rm", "v@nosuch"], "does not exist"),
+            (vec!["snapshot", "ls", "nosuch"], "does not exist"),
+            (vec!["volume", "clone", "v@one", "w"], "already exists"),
+            (vec!["volume", "clone", "v@nosuch", "x"], "does not exist"),
+            (vec!["volume", "clone", "v@one", "x", "--pool", "q"], "must be in its pool"),
+            (vec!["volume", "clone", "v@one", "bad/name"], "'/'"),
+            (vec!["volume", "rollback", "w@nosuch"], "does not exist"),
+            (vec!["volume", "rm", "v"], "snapshot"),
+        ] {
+            let error = refused(&args);
+            assert!(error.contains(expect), "basalt {args:?}: expected {expect:?} in {error:?}");
+        }
+        // A rollback to another volume's snapshot, through the API (the CLI names the volume by
+        // the snapshot's).
+        let answer = post("/api/v1/volumes/v/rollback", r#"{"snapshot": "w@one"}"#);
+        assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("not a snapshot of volume"), "{answer}");
+        // A chain past snapshot_chain_max.
+        cli(&["config", "set", "snapshot_chain_max", "2", "--api", API]);
+        cli(&["snapshot", "create", "v@two", "--api", API]);
+        let error = refused(&["snapshot", "create", "v@three"]);
+        assert!(error.contains("snapshot_chain_max"), "{error}");
+        // Nothing was changed by any refusal.
+        let list = api(&["snapshot", "ls"]);
+        let names: Vec<&str> =
+            list["snapshots"].as_array().expect("a list").iter().map(|s| s["name"].as_str().expect("a name")).collect();
+        assert_eq!(names, ["v@one", "v@two", "w@one"], "{list}");
+        let volumes = api(&["volume", "ls"]);
+        assert_eq!(volumes["volumes"].as_array().map(Vec::len), Some(2), "{volumes}");
+    });
+}

@@ -1,0 +1,424 @@
+//! Snapshots and clones in the store (ADR 0026): a snapshot freezes a volume's head and gives
+//! the volume a new head over it; a clone is a new volume whose head reads through a snapshot.
+//! Each is one transaction of a few keys, whatever the volume's size.
+
+use cluster::records::{encode, FORMAT_VERSION};
+use cluster::{inode, keys, split_snapshot_name, ClusterMap, Parent, SnapshotRecord, VolumeRecord};
+use meta::{Compare, CompareOp, MetaStore, Txn, TxnOp, TxnOpResult};
+use serde::{Deserialize, Serialize};
+
+use crate::admin::{self, check_name, counter_of, counter_value, AdminError, VOLUME_NAME_LENGTH_MAX};
+
+pub const SNAPSHOT_NAME_LENGTH_MAX: usize = 64;
+/// How often a transaction that lost a race is retried before giving up.
+const CAS_ATTEMPTS_MAX: usize = 16;
+
+/// `POST /snapshots`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSnapshot {
+    /// `VOLUME@SNAP`.
+    pub name: String,
+}
+
+/// `POST /snapshots/VOLUME@SNAP/clones`, with the snapshot from the path.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateClone {
+    /// The snapshot, `VOLUME@SNAP`.
+    pub snapshot: String,
+    /// The new volume's name.
+    pub name: String,
+    /// Defaults to the snapshot's pool, the only one a clone can be in.
+    #[serde(default)]
+    pub pool: Option<String>,
+}
+
+/// `VOLUME@SNAP` checked: both names valid.
+pub fn parse_name(full: &str) -> Result<(&str, &str), AdminError> {
+    let Some((volume, snapshot)) = split_snapshot_name(full) else {
+        return Err(AdminError::Invalid(format!(
+            "snapshot {full:?} must be named VOLUME@SNAPSHOT, with one '@' and a name on each side"
+        )));
+    };
+    check_name("volume", volume, VOLUME_NAME_LENGTH_MAX)?;
+    check_name("snapshot", snapshot, SNAPSHOT_NAME_LENGTH_MAX)?;
+    Ok((volume, snapshot))
+}
+
+/// A snapshot taken and its volume switched to a new head, waiting for the seal.
+#[derive(Debug, Clone)]
+pub struct Frozen {
+    pub snapshot: SnapshotRecord,
+    pub volume: VolumeRecord,
+    /// The store revision of the transaction.
+    pub revision: i64,
+}
+
+/// Freezes the head of the volume of `full_name` as that snapshot and gives the volume a new
+/// head over it, `sealing` (step 1 of ADR 0026's freeze, switch, drain, seal). One
+/// transaction: the snapshot record, the volume record, the family's layer counter.
+pub async fn freeze(store: &dyn MetaStore, full_name: &str, now_unix_ms: u64) -> Result<Frozen, AdminError> {
+    let (volume_name, snapshot_name) = parse_name(full_name)?;
+    let snapshot_key = keys::snapshot(full_name);
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        let (volume, volume_revision) = admin::get_volume(store, volume_name).await?;
+        refuse_unusable(&volume, "snapshot")?;
+        if volume.sealing {
+            return Err(AdminError::Contended(format!(
+                "volume {volume_name:?} is still sealing its last snapshot; try again"
+            )));
+        }
+        if let Some(kv) = store.get(&snapshot_key).await? {
+            let hidden =
+                cluster::records::decode::<SnapshotRecord>(&snapshot_key, &kv.value).is_ok_and(|old| old.hidden);
+            return Err(AdminError::Conflict(if hidden {
+                format!("snapshot {full_name:?} was removed but its volume still reads through it; choose another name")
+            } else {
+                format!("snapshot {full_name:?} already exists")
+            }));
+        }
+        let map = cluster_watch::load(store).await?;
+        check_depth(&map, volume.id, volume_name)?;
+        let (next_layer, counter_key, counter_revision) = next_layer(store, volume.id).await?;
+        let snapshot = SnapshotRecord {
+            version: FORMAT_VERSION,
+            volume: volume_name.to_string(),
+            name: snapshot_name.to_string(),
+            inode: volume.id,
+            pool: volume.pool,
+            size_bytes: volume.size_bytes,
+            object_size_bytes: volume.object_size_bytes,
+            parent: volume.parent.clone(),
+            created_unix_ms: now_unix_ms,
+            hidden: false,
+            deleting: false,
+        };
+        let family = inode::family(volume.id).expect("refuse_unusable let only layered heads through");
+        let mut switched = volume.clone();
+        switched.id = inode::layered(volume.pool, family, next_layer);
+        switched.parent =
+            Some(Parent { snapshot: full_name.to_string(), inode: volume.id, size_bytes: volume.size_bytes });
+        switched.sealing = true;
+        let volume_key = keys::volume(volume_name);
+        let response = store
+            .txn(Txn {
+                compares: vec![
+                    Compare::mod_revision(&volume_key, CompareOp::Equal, volume_revision),
+                    Compare::absent(&snapshot_key),
+                    Compare::mod_revision(&counter_key, CompareOp::Equal, counter_revision),
+                ],
+                success: vec![
+                    TxnOp::put(&snapshot_key, encode(&snapshot), None),
+                    TxnOp::put(&volume_key, encode(&switched), None),
+                    TxnOp::put(&counter_key, counter_value(next_layer + 1), None),
+                ],
+                failure: vec![],
+            })
+            .await?;
+        if response.succeeded {
+            tracing::info!(snapshot = full_name, layer = snapshot.inode, head = switched.id, "froze a snapshot");
+            return Ok(Frozen { snapshot, volume: switched, revision: response.revision });
+        }
+    }
+    Err(AdminError::Contended(format!("snapshot {full_name:?} was not taken: its volume kept changing; try again")))
+}
+
+/// The name of the record that keeps a head a rollback replaced until its objects are gone:
+/// `~` is not allowed in names users give, so it never meets one.
+pub fn retired_head_name(head: u64) -> String {
+    format!("~rolled-back-{head:x}")
+}
+
+/// Rolls volume `volume_name` back to its snapshot `full_name`: a new head over the snapshot, with
+/// the snapshot's size, `sealing`; the old head is kept frozen under a hidden record until the
+/// leader deletes its objects. One transaction, whatever the volume's size.
+pub async fn rollback(
+    store: &dyn MetaStore,
+    volume_name: &str,
+    full_name: &str,
+    now_unix_ms: u64,
+) -> Result<Frozen, AdminError> {
+    parse_name(full_name)?;
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        let (snapshot, snapshot_revision) = get_visible_snapshot(store, full_name).await?;
+        let (volume, volume_revision) = admin::get_volume(store, volume_name).await?;
+        refuse_unusable(&volume, "rollback")?;
+        if snapshot.volume != volume.name || inode::family(snapshot.inode) != inode::family(volume.id) {
+            return Err(AdminError::Invalid(format!(
+                "{full_name:?} is not a snapshot of volume {volume_name:?}: a volume rolls back only to its own snapshots"
+            )));
+        }
+        if volume.sealing {
+            return Err(AdminError::Contended(format!(
+                "volume {volume_name:?} is still sealing its last snapshot; try again"
+            )));
+        }
+        let (next_layer, counter_key, counter_revision) = next_layer(store, volume.id).await?;
+        let family = inode::family(volume.id).expect("refuse_unusable let only layered heads through");
+        let retired = SnapshotRecord {
+            version: FORMAT_VERSION,
+            volume: volume.name.clone(),
+            name: retired_head_name(volume.id),
+            inode: volume.id,
+            pool: volume.pool,
+            size_bytes: volume.size_bytes,
+            object_size_bytes: volume.object_size_bytes,
+            parent: volume.parent.clone(),
+            created_unix_ms: now_unix_ms,
+            hidden: true,
+            deleting: false,
+        };
+        let mut switched = volume.clone();
+        switched.id = inode::layered(volume.pool, family, next_layer);
+        switched.size_bytes = snapshot.size_bytes;
+        switched.parent =
+            Some(Parent { snapshot: full_name.to_string(), inode: snapshot.inode, size_bytes: snapshot.size_bytes });
+        switched.sealing = true;
+        let (volume_key, retired_key, snapshot_key) =
+            (keys::volume(volume_name), keys::snapshot(&retired.full_name()), keys::snapshot(full_name));
+        let response = store
+            .txn(Txn {
+                compares: vec![
+                    Compare::mod_revision(&volume_key, CompareOp::Equal, volume_revision),
+                    Compare::mod_revision(&snapshot_key, CompareOp::Equal, snapshot_revision),
+                    Compare::absent(&retired_key),
+                    Compare::mod_revision(&counter_key, CompareOp::Equal, counter_revision),
+                ],
+                success: vec![
+                    TxnOp::put(&retired_key, encode(&retired), None),
+                    TxnOp::put(&volume_key, encode(&switched), None),
+                    TxnOp::put(&counter_key, counter_value(next_layer + 1), None),
+                ],
+                failure: vec![],
+            })
+            .await?;
+        if response.succeeded {
+            tracing::info!(
+                volume = volume_name,
+                snapshot = full_name,
+                old_head = volume.id,
+                head = switched.id,
+                "rolled back"
+            );
+            return Ok(Frozen { snapshot: retired, volume: switched, revision: response.revision });
+        }
+    }
+    Err(AdminError::Contended(format!("volume {volume_name:?} was not rolled back: it kept changing; try again")))
+}
+
+/// Creates volume `request.name` whose head reads through snapshot `request.snapshot`: one
+/// transaction, nothing copied. The clone joins the snapshot's family, so it must be in the
+/// snapshot's pool.
+pub async fn clone_volume(store: &dyn MetaStore, request: &CreateClone) -> Result<VolumeRecord, AdminError> {
+    parse_name(&request.snapshot)?;
+    check_name("volume", &request.name, VOLUME_NAME_LENGTH_MAX)?;
+    let snapshot_key = keys::snapshot(&request.snapshot);
+    let volume_key = keys::volume(&request.name);
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        let (snapshot, snapshot_revision) = get_visible_snapshot(store, &request.snapshot).await?;
+        let map = cluster_watch::load(store).await?;
+        if map.volumes.contains_key(&request.name) {
+            return Err(AdminError::Conflict(format!("volume {:?} already exists", request.name)));
+        }
+        if let Some(pool) = &request.pool {
+            let named =
+                map.pool_by_name(pool).ok_or_else(|| AdminError::NotFound(format!("pool {pool:?} does not exist")))?;
+            if named.id != snapshot.pool {
+                let home =
+                    map.pools.get(&snapshot.pool).map_or_else(|| format!("#{}", snapshot.pool), |p| p.name.clone());
+                return Err(AdminError::Invalid(format!(
+                    "a clone of {:?} must be in its pool {home:?}, not {pool:?}: a family of layers lives in one pool",
+                    request.snapshot
+                )));
+            }
+        }
+        if !map.pools.contains_key(&snapshot.pool) {
+            return Err(AdminError::Conflict(format!("the pool of snapshot {:?} no longer exists", request.snapshot)));
+        }
+        // The clone's head is one layer above the snapshot's chain.
+        check_depth(&map, snapshot.inode, &request.name).map_err(|_| {
+            let max = map.settings.snapshot_chain_max;
+            AdminError::Invalid(format!(
+                "a clone of {:?} would read through more than {max} snapshots (snapshot_chain_max)",
+                request.snapshot
+            ))
+        })?;
+        let (next_layer, counter_key, counter_revision) = next_layer(store, snapshot.inode).await?;
+        let family = inode::family(snapshot.inode).expect("a snapshot's layer is layered");
+        let volume = VolumeRecord {
+            version: FORMAT_VERSION,
+            id: inode::layered(snapshot.pool, family, next_layer),
+            name: request.name.clone(),
+            pool: snapshot.pool,
+            size_bytes: snapshot.size_bytes,
+            object_size_bytes: snapshot.object_size_bytes,
+            parent: Some(Parent {
+                snapshot: request.snapshot.clone(),
+                inode: snapshot.inode,
+                size_bytes: snapshot.size_bytes,
+            }),
+            sealing: false,
+            flags: Vec::new(),
+        };
+        let response = store
+            .txn(Txn {
+                compares: vec![
+                    Compare::mod_revision(&snapshot_key, CompareOp::Equal, snapshot_revision),
+                    Compare::absent(&volume_key),
+                    Compare::mod_revision(&counter_key, CompareOp::Equal, counter_revision),
+                ],
+                success: vec![
+                    TxnOp::put(&volume_key, encode(&volume), None),
+                    TxnOp::put(&counter_key, counter_value(next_layer + 1), None),
+                ],
+                failure: vec![],
+            })
+            .await?;
+        if response.succeeded {
+            tracing::info!(volume = %volume.name, snapshot = %request.snapshot, head = volume.id, "cloned a snapshot");
+            return Ok(volume);
+        }
+    }
+    Err(AdminError::Contended(format!(
+        "volume {:?} was not cloned: the snapshot kept changing; try again",
+        request.name
+    )))
+}
+
+/// A snapshot with the revision its record was last written at.
+pub async fn get_snapshot(store: &dyn MetaStore, full_name: &str) -> Result<(SnapshotRecord, i64), AdminError> {
+    parse_name(full_name)?;
+    let key = keys::snapshot(full_name);
+    let kv =
+        store.get(&key).await?.ok_or_else(|| AdminError::NotFound(format!("snapshot {full_name:?} does not exist")))?;
+    Ok((cluster::records::decode(&key, &kv.value)?, kv.mod_revision))
+}
+
+/// A snapshot its user has not removed.
+pub async fn get_visible_snapshot(store: &dyn MetaStore, full_name: &str) -> Result<(SnapshotRecord, i64), AdminError> {
+    let (snapshot, revision) = get_snapshot(store, full_name).await?;
+    if snapshot.hidden {
+        return Err(AdminError::NotFound(format!("snapshot {full_name:?} does not exist")));
+    }
+    Ok((snapshot, revision))
+}
+
+/// Every snapshot not removed, or those of one volume, oldest first per volume.
+pub fn list(map: &ClusterMap, volume: Option<&str>) -> Vec<SnapshotRecord> {
+    let mut snapshots: Vec<SnapshotRecord> = map
+        .snapshots
+        .values()
+        .filter(|snapshot| !snapshot.hidden && volume.is_none_or(|volume| snapshot.volume == volume))
+        .cloned()
+        .collect();
+    snapshots.sort_by(|a, b| (&a.volume, a.created_unix_ms, &a.name).cmp(&(&b.volume, b.created_unix_ms, &b.name)));
+    snapshots
+}
+
+/// Removes snapshot `full_name` as its user sees it. Refused while a clone, or a snapshot of
+/// another volume, reads through it. Its volume's next layer reads through it, so the record
+/// stays, hidden: listed nowhere, opened by no one, its name taken until the volume goes, when
+/// its objects are deleted with the volume's.
+pub async fn remove(store: &dyn MetaStore, full_name: &str) -> Result<SnapshotRecord, AdminError> {
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        let (mut snapshot, revision) = get_snapshot(store, full_name).await?;
+        if snapshot.hidden {
+            return Err(AdminError::NotFound(format!("snapshot {full_name:?} does not exist")));
+        }
+        let map = cluster_watch::load(store).await?;
+        let clones: Vec<String> = readers_of(&map, snapshot.inode)
+            .into_iter()
+            .filter(|reader| reader != &snapshot.volume && !reader.starts_with(&format!("{}@", snapshot.volume)))
+            .collect();
+        if !clones.is_empty() {
+            let shown = clones.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+            return Err(AdminError::Conflict(format!(
+                "snapshot {full_name:?} has clones ({shown}{}) that read through it; remove them first",
+                if clones.len() > 5 { ", ..." } else { "" }
+            )));
+        }
+        snapshot.hidden = true;
+        let key = keys::snapshot(full_name);
+        let response = store
+            .txn(Txn {
+                compares: vec![Compare::mod_revision(&key, CompareOp::Equal, revision)],
+                success: vec![TxnOp::put(&key, encode(&snapshot), None)],
+                failure: vec![],
+            })
+            .await?;
+        if response.succeeded {
+            tracing::info!(
+                snapshot = full_name,
+                layer = snapshot.inode,
+                "removed a snapshot (hidden while its volume reads through it)"
+            );
+            return Ok(snapshot);
+        }
+    }
+    Err(AdminError::Contended(format!("snapshot {full_name:?} kept changing; try again")))
+}
+
+/// The volumes and snapshots whose parent is layer `layer`.
+pub fn readers_of(map: &ClusterMap, layer: u64) -> Vec<String> {
+    let volumes = map
+        .volumes
+        .values()
+        .filter(|volume| volume.parent.as_ref().is_some_and(|parent| parent.inode == layer))
+        .map(|volume| volume.name.clone());
+    let snapshots = map
+        .snapshots
+        .values()
+        .filter(|snapshot| snapshot.parent.as_ref().is_some_and(|parent| parent.inode == layer))
+        .map(SnapshotRecord::full_name);
+    volumes.chain(snapshots).collect()
+}
+
+/// Refuses a volume a snapshot or clone cannot build on.
+fn refuse_unusable(volume: &VolumeRecord, what: &str) -> Result<(), AdminError> {
+    if volume.is_deleting() {
+        return Err(AdminError::Conflict(format!("volume {:?} is being deleted", volume.name)));
+    }
+    if !inode::is_layered(volume.id) {
+        return Err(AdminError::Invalid(format!(
+            "volume {:?} was created before snapshots existed and cannot take a {what}: copy its data into a new volume",
+            volume.name
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a new layer over `top` once the chain under it holds `snapshot_chain_max` snapshots.
+fn check_depth(map: &ClusterMap, top: u64, name: &str) -> Result<(), AdminError> {
+    let max = map.settings.snapshot_chain_max;
+    // The layers a new head over `top` reads through: `top` and everything below it.
+    let depth = map.chain(top).count();
+    if depth > max as usize {
+        return Err(AdminError::Invalid(format!(
+            "{name:?} would read through {depth} snapshots, more than snapshot_chain_max ({max}); raise it with `basalt config set snapshot_chain_max N`"
+        )));
+    }
+    Ok(())
+}
+
+/// The next layer of the family of `layer`, its counter's key and that key's revision.
+async fn next_layer(store: &dyn MetaStore, layer: u64) -> Result<(u64, String, i64), AdminError> {
+    let family = inode::family(layer).expect("only layered inodes have a family");
+    let counter_key = keys::layer_counter(inode::pool(layer), family);
+    let response =
+        store.txn(Txn { compares: vec![], success: vec![TxnOp::get(&counter_key)], failure: vec![] }).await?;
+    let kv = match response.results.as_slice() {
+        [TxnOpResult::Get(kv)] => kv.clone(),
+        other => {
+            return Err(meta::MetaError::other(&counter_key, format!("unexpected transaction results {other:?}")).into())
+        }
+    };
+    let (next, revision) = counter_of(&counter_key, kv.as_ref())?;
+    if next >= inode::LAYERS_MAX {
+        return Err(AdminError::Conflict(format!(
+            "the family of layer {layer:#x} has used all its {} layers",
+            inode::LAYERS_MAX
+        )));
+    }
+    Ok((next, counter_key, revision))
+}
