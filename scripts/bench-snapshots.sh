@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Snapshot benchmarks in one sitting (ADR 0026), on `basalt dev` (replication 3, three OSDs on
+# files in DIR), each against the same kind of volume with no snapshot, alternated ROUNDS times:
+#   - QD1 4 KiB reads through a chain whose data is all in the bottom layer, at depth 1, 16, 64;
+#   - QD1 4 KiB writes right after a snapshot (the first write to most objects of the new head);
+#   - snapshot create: wall time of each POST /snapshots and the longest write overlapping it,
+#     fio writing at depth 4 through NBD meanwhile (SNAPSHOTS of them, one every 200 ms).
+# Prints medians and ratios; keeps raw results in OUT.
+#
+# Usage: scripts/bench-snapshots.sh [DIR]     (default /var/tmp; needs fio, python3)
+# Env:   ROUNDS=3  RUNTIME=6  SNAPSHOTS=100  OUT=DIR  BASALT_BIN=PATH (a build to run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+base=${1:-/var/tmp}
+dir=$base/basalt-snapshot-bench
+rounds=${ROUNDS:-3}
+runtime=${RUNTIME:-6}
+snapshots=${SNAPSHOTS:-100}
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+source scripts/lib/basalt-bin.sh
+api=127.0.0.1:20080
+nbd=127.0.0.1:20809
+
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+rm -rf "$dir"
+mkdir -p "$dir"
+
+"$basalt" dev --data "$dir/cluster" --nbd "$nbd" --api "$api" --meta-listen 127.0.0.1:20390 --osd-size 6G \
+    --volume flat=1G --volume deep=1G --volume stall=1G >"$out/dev.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 300); do grep -q ready "$out/dev.log" && break; sleep 0.2; done
+grep -q ready "$out/dev.log" || { echo "bench-snapshots: basalt dev did not start; see $out/dev.log" >&2; exit 1; }
+b() { "$basalt" -q "$@" --api "$api"; }
+# Deep chains and a hundred snapshots of one volume are what is measured here.
+b config set snapshot_chain_max 1024 >/dev/null
+
+bench() { # volume rw file
+    b bench --volume "$1" --rw "$2" --bs 4k --iodepth 1 --runtime "$runtime" --json >"$out/$3.json"
+}
+# The data lives in the bottom layer of deep, and in flat's only layer.
+for volume in flat deep; do
+    b bench --volume "$volume" --rw randread --bs 4k --iodepth 1 --runtime 1 --ramp 0 --prefill --json >/dev/null
+done
+depth=0
+for target in 1 16 64; do
+    while ((depth < target)); do
+        depth=$((depth + 1))
+        b snapshot create "deep@d$depth" >/dev/null
+    done
+    echo "bench-snapshots: reads through a chain of depth $depth" >&2
+    for round in $(seq 1 "$rounds"); do
+        bench flat randread "read-flat-$depth-$round"
+        bench deep randread "read-deep-$depth-$round"
+    done
+done
+echo "bench-snapshots: first writes after a snapshot" >&2
+for round in $(seq 1 "$rounds"); do
+    bench flat randwrite "write-flat-$round"
+    b snapshot create "deep@w$round" >/dev/null
+    bench deep randwrite "write-deep-$round"
+done
+
+echo "bench-snapshots: $snapshots snapshots under writes at depth 4" >&2
+fio --name=stall --ioengine=nbd --uri="nbd://$nbd/stall" --rw=randwrite --bs=4k --iodepth=4 --time_based \
+    --runtime=$((snapshots / 5 + 10)) --ramp_time=0 --write_lat_log="$out/stall" --log_avg_msec=0 \
+    --log_unix_epoch=1 --output-format=json >"$out/stall-fio.json" &
+fio_pid=$!
+sleep 3
+python3 - "$api" "$snapshots" "$out/creates.txt" <<'PY'
+import json, sys, time, urllib.request
+api, count, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with open(path, "w") as out:
+    for n in range(count):
+        body = json.dumps({"name": f"stall@s{n}"}).encode()
+        request = urllib.request.Request(f"http://{api}/api/v1/snapshots", data=body, headers={"Content-Type": "application/json"})
+        start = time.time_ns()
+        with urllib.request.urlopen(request) as answer:
+            assert answer.status == 201, answer.read()
+        out.write(f"{start} {time.time_ns()}\n")
+        time.sleep(0.2)
+PY
+wait "$fio_pid"
+
+python3 - "$out" "$rounds" <<'PY'
+import glob, json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+med = statistics.median
+def lat(name):
+    return json.load(open(f"{out}/{name}.json"))["lat_mean_us"]
+print(f"{'workload':<44} {'no snapshot us':>14} {'with us':>9}   ratio   target")
+for depth, target in [(1, 1.05), (16, 1.2), (64, 1.5)]:
+    flat = med([lat(f"read-flat-{depth}-{r}") for r in range(1, rounds + 1)])
+    deep = med([lat(f"read-deep-{depth}-{r}") for r in range(1, rounds + 1)])
+    print(f"{'randread-4k-qd1, data at depth ' + str(depth):<44} {flat:>14.1f} {deep:>9.1f}   {deep / flat:.2f}x   at most {target}x")
+flat = med([lat(f"write-flat-{r}") for r in range(1, rounds + 1)])
+deep = med([lat(f"write-deep-{r}") for r in range(1, rounds + 1)])
+print(f"{'randwrite-4k-qd1, right after a snapshot':<44} {flat:>14.1f} {deep:>9.1f}   {deep / flat:.2f}x   at most 1.05x")
+creates = [tuple(map(int, line.split())) for line in open(f"{out}/creates.txt")]
+ios = []  # (start ns, end ns, latency ns)
+for path in glob.glob(f"{out}/stall_lat.*.log"):
+    for line in open(path):
+        fields = [field.strip() for field in line.split(",")]
+        end_ns, latency_ns = int(fields[0]) * 1_000_000, int(fields[1])
+        ios.append((end_ns - latency_ns, end_ns, latency_ns))
+ios.sort()
+walls = sorted((end - start) / 1e6 for start, end in creates)
+stalls = []
+for start, end in creates:
+    # The longest write that was in flight at any time during the call (1 ms of slack for the
+    # log's millisecond timestamps).
+    overlapping = [lat for io_start, io_end, lat in ios if io_start <= end + 1_000_000 and io_end >= start - 1_000_000]
+    stalls.append(max(overlapping, default=0) / 1e6)
+stalls.sort()
+def p(values, q):
+    return values[min(len(values) - 1, int(q * len(values)))]
+all_lat = sorted(lat / 1e6 for _, _, lat in ios)
+print(f"snapshot create, {len(creates)} under writes at QD4: wall time p50 {p(walls, 0.5):.1f} ms, p99 {p(walls, 0.99):.1f} ms, max {walls[-1]:.1f} ms (target p99 under 50 ms)")
+print(f"longest write overlapping each: p50 {p(stalls, 0.5):.1f} ms, p99 {p(stalls, 0.99):.1f} ms (target p99 under 30 ms); every write: p50 {p(all_lat, 0.5):.2f} ms, p99 {p(all_lat, 0.99):.2f} ms, {len(all_lat)} writes")
+print(f"# basalt bench medians of {rounds} alternated rounds; replication 3 on one machine (basalt dev)")
+PY
+echo "bench-snapshots: raw results in $out" >&2
