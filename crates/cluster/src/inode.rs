@@ -49,13 +49,14 @@ pub fn layer(inode: u64) -> Option<u64> {
     is_layered(inode).then_some(inode & LAYER_MASK)
 }
 
-/// What places an inode's objects: its family's layer 0 for a layered inode, the inode itself
+/// What places an inode's objects: for a layered inode, the unlayered inode numbered like its
+/// family (a volume opened family `n` is placed as a volume numbered `n` was before layers: the
+/// same counter numbers both, so no two volumes of a pool share a key); the inode itself
 /// otherwise. Two inodes with the same key have each stripe's objects in the same PG.
 pub fn placement_key(inode: u64) -> u64 {
-    if is_layered(inode) {
-        inode & !LAYER_MASK
-    } else {
-        inode
+    match family(inode) {
+        Some(family) => unlayered(pool(inode), family),
+        None => inode,
     }
 }
 
@@ -84,6 +85,7 @@ mod tests {
         assert_eq!(old, 72057594037927937);
         assert_eq!((pool(old), family(old), layer(old)), (1, None, None));
         assert_eq!(placement_key(old), old);
+        assert_eq!(placement_key(layered(1, 1, 7)), old, "family 1 is placed as volume 1 was");
         assert!(!is_layered(unlayered(1, 12345)));
     }
 

@@ -43,6 +43,7 @@ mod cluster;
 mod commits;
 mod down_reports;
 mod drain;
+mod drives_fail_reads;
 mod every_copy_rots;
 mod faults;
 mod gateway;

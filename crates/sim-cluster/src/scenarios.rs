@@ -53,6 +53,10 @@ pub enum Scenario {
     /// object rots; reads wait while a member is away, then fail, and the scrub reports it
     /// (`every_copy_rots.rs`).
     EveryCopyRots,
+    /// Every drive fails its next read: a client's read of an object fails on the primary and
+    /// the repair finds no copy readable, none known bad; it waits, and the read returns the
+    /// data once the drives read again (`drives_fail_reads.rs`).
+    DrivesFailReads,
     /// `an_osd_marked_out_drains_under_load_and_can_then_be_killed_and_removed`, then
     /// `a_fourth_osd_joins_under_load...`: one of four OSDs drained, killed and removed without
     /// force, and a fifth joins (`drain.rs`).
@@ -60,7 +64,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::KillPrimary,
         Scenario::PausePrimary,
         Scenario::RollingRestarts,
@@ -71,6 +75,7 @@ impl Scenario {
         Scenario::LinkCut,
         Scenario::OneWayLinkCut,
         Scenario::EveryCopyRots,
+        Scenario::DrivesFailReads,
         Scenario::DrainRemoveJoin,
     ];
 
@@ -87,6 +92,7 @@ impl Scenario {
             Scenario::LinkCut => "link-cut",
             Scenario::OneWayLinkCut => "one-way-link-cut",
             Scenario::EveryCopyRots => "every-copy-rots",
+            Scenario::DrivesFailReads => "drives-fail-reads",
             Scenario::DrainRemoveJoin => "drain-remove-join",
         }
     }
@@ -102,7 +108,7 @@ impl Scenario {
             Scenario::PastSets => SimOptions { osds: 2, replicas: 2, min_size: 1, ..base },
             Scenario::FastDown => SimOptions { osd_lease: Duration::from_secs(60), ..base },
             // The scenario writes and reads alone: no client may touch the rotted object.
-            Scenario::EveryCopyRots => SimOptions { clients: 0, ..base },
+            Scenario::EveryCopyRots | Scenario::DrivesFailReads => SimOptions { clients: 0, ..base },
             // The fifth OSD is the spare the scenario starts; the clients outlast its backfill.
             Scenario::DrainRemoveJoin => SimOptions { osds: 5, late_join: true, ops_per_client: 2_000, ..base },
             _ => base,
@@ -136,6 +142,7 @@ pub(crate) async fn play(scenario: Scenario, stage: Stage<'_>) {
         Scenario::LinkCut => link_cut(&stage, true).await,
         Scenario::OneWayLinkCut => link_cut(&stage, false).await,
         Scenario::EveryCopyRots => crate::every_copy_rots::play(&stage).await,
+        Scenario::DrivesFailReads => crate::drives_fail_reads::play(&stage).await,
         Scenario::DrainRemoveJoin => crate::drain::play(&stage).await,
     };
     match played {

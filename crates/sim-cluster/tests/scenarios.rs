@@ -70,6 +70,11 @@ fn an_object_whose_every_copy_rotted_is_never_served_and_is_reported() {
 }
 
 #[test]
+fn a_read_every_drive_fails_at_once_waits_and_returns_the_data() {
+    play(Scenario::DrivesFailReads);
+}
+
+#[test]
 fn an_osd_drained_under_load_is_removed_and_a_new_one_backfills() {
     play(Scenario::DrainRemoveJoin);
 }
