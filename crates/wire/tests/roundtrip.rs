@@ -70,6 +70,7 @@ fn request() -> impl Strategy<Value = Request> {
         Just(Request::Space),
         Just(Request::PgStates),
         any::<u64>().prop_map(|inode| Request::VolumeRedundancy { inode }),
+        any::<u64>().prop_map(|revision| Request::Barrier { revision }),
     ]
 }
 
@@ -106,6 +107,7 @@ fn response() -> impl Strategy<Value = Response> {
             .prop_map(|(version, data_crc32c, present)| { Response::ObjectInfo { version, data_crc32c, present } }),
         any::<u64>().prop_map(|version| Response::Stat { version }),
         Just(Response::Ping),
+        Just(Response::Barrier),
         (any::<u64>(), any::<u64>())
             .prop_map(|(objects, degraded_objects)| Response::VolumeRedundancy { objects, degraded_objects }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(used_bytes, total_bytes, object_count)| {
