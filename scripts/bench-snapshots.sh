@@ -32,7 +32,7 @@ trap cleanup EXIT
 rm -rf "$dir"
 mkdir -p "$dir"
 
-"$basalt" dev --data "$dir/cluster" --nbd "$nbd" --api "$api" --meta-listen 127.0.0.1:20390 --osd-size 6G \
+"$basalt" dev --data "$dir/cluster" --nbd "$nbd" --api "$api" --meta-listen 127.0.0.1:20390 --osd-size 8G \
     --volume flat=1G --volume deep=1G --volume stall=1G >"$out/dev.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 300); do grep -q ready "$out/dev.log" && break; sleep 0.2; done
@@ -41,8 +41,8 @@ b() { "$basalt" -q "$@" --api "$api"; }
 # Deep chains and a hundred snapshots of one volume are what is measured here.
 b config set snapshot_chain_max 1024 >/dev/null
 
-bench() { # volume rw file
-    b bench --volume "$1" --rw "$2" --bs 4k --iodepth 1 --runtime "$runtime" --json >"$out/$3.json"
+bench() { # volume rw file [more bench args]
+    b bench --volume "$1" --rw "$2" --bs 4k --iodepth 1 --runtime "$runtime" --json "${@:4}" >"$out/$3.json"
 }
 # The data lives in the bottom layer of deep, and in flat's only layer.
 for volume in flat deep; do
@@ -61,14 +61,18 @@ for target in 1 16 64; do
     done
 done
 echo "bench-snapshots: first writes after a snapshot" >&2
+# Over 512 MiB (4,096 objects), so most writes after a snapshot are the first to their object of
+# the new head; each such object takes a data block of its own (the engine's unit), so the range
+# bounds the space the rounds take.
 for round in $(seq 1 "$rounds"); do
-    bench flat randwrite "write-flat-$round"
+    bench flat randwrite "write-flat-$round" --size-limit 512M
     b snapshot create "deep@w$round" >/dev/null
-    bench deep randwrite "write-deep-$round"
+    bench deep randwrite "write-deep-$round" --size-limit 512M
 done
 
 echo "bench-snapshots: $snapshots snapshots under writes at depth 4" >&2
-fio --name=stall --ioengine=nbd --uri="nbd://$nbd/stall" --rw=randwrite --bs=4k --iodepth=4 --time_based \
+# Over 16 MiB: every snapshot gives the volume a new head, whose objects the writes then fill.
+fio --name=stall --ioengine=nbd --uri="nbd://$nbd/stall" --rw=randwrite --bs=4k --size=16M --iodepth=4 --time_based \
     --runtime=$((snapshots / 5 + 10)) --ramp_time=0 --write_lat_log="$out/stall" --log_avg_msec=0 \
     --log_unix_epoch=1 --output-format=json >"$out/stall-fio.json" &
 fio_pid=$!

@@ -41,6 +41,19 @@ pub(crate) struct History {
     acknowledged: u64,
     next_id: u64,
     blocks: BTreeMap<Address, Vec<Write>>,
+    snapshots: Vec<Snapshot>,
+}
+
+/// A snapshot of a volume taken between two ticks, as a read of every block over that span:
+/// each block holds the latest write acknowledged before the start or one in flight with the
+/// call (ADR 0026's cut). What each block of it was first read as is pinned: a snapshot never
+/// changes.
+#[derive(Debug)]
+struct Snapshot {
+    volume: usize,
+    start: u64,
+    end: u64,
+    pinned: BTreeMap<u64, u64>,
 }
 
 impl History {
@@ -94,18 +107,7 @@ impl History {
         self.ops += 1;
         let found = identify(address, data)?;
         let writes = self.blocks.entry(address).or_insert_with(initial);
-        let allowed: Vec<&Write> = writes
-            .iter()
-            .filter(|write| write.start < end)
-            .filter(|write| {
-                let superseded = writes.iter().any(|other| {
-                    other.id != write.id
-                        && write.end.is_some_and(|written| other.start > written)
-                        && other.end.is_some_and(|other_end| other_end < start)
-                });
-                !superseded
-            })
-            .collect();
+        let allowed = allowed_over(writes, start, end);
         if allowed.iter().any(|write| write.reads_as == found) {
             return Ok(found);
         }
@@ -128,6 +130,135 @@ impl History {
     pub(crate) fn addresses(&self) -> Vec<Address> {
         self.blocks.keys().copied().collect()
     }
+
+    /// A snapshot of `volume` was asked for at tick `start` and returned at `end`; returns its
+    /// index.
+    pub(crate) fn snapshot_taken(&mut self, volume: usize, start: u64, end: u64) -> usize {
+        self.snapshots.push(Snapshot { volume, start, end, pinned: BTreeMap::new() });
+        self.snapshots.len() - 1
+    }
+
+    /// Checks a read of `block` of snapshot `index` that returned `data`: what the block may
+    /// hold by the cut, and what it was read as before if it was.
+    pub(crate) fn check_snapshot_read(&mut self, index: usize, block: u64, data: &[u8]) -> Result<u64, String> {
+        self.ops += 1;
+        let (volume, start, end) = {
+            let snapshot = &self.snapshots[index];
+            (snapshot.volume, snapshot.start, snapshot.end)
+        };
+        let address = (volume, block);
+        let found = identify(address, data)?;
+        if let Some(&pinned) = self.snapshots[index].pinned.get(&block) {
+            if pinned != found {
+                return Err(format!(
+                    "snapshot {index} of volume {volume}: block {block} read as write {found}, after {pinned}: a snapshot changed"
+                ));
+            }
+            return Ok(found);
+        }
+        let writes = self.blocks.entry(address).or_insert_with(initial);
+        let allowed = allowed_over(writes, start, end);
+        if !allowed.iter().any(|write| write.reads_as == found) {
+            return Err(format!(
+                "snapshot {index} of volume {volume} (taken from tick {start} to {end}): block {block} reads as write \
+                 {found}, not one the cut allows: {:?}",
+                allowed.iter().map(|write| write.reads_as).collect::<Vec<_>>()
+            ));
+        }
+        self.snapshots[index].pinned.insert(block, found);
+        Ok(found)
+    }
+
+    /// The cut across blocks: if a write is in the snapshot, so is every write acknowledged
+    /// before it was issued. Checked over the blocks read of it so far.
+    pub(crate) fn check_snapshot_cut(&self, index: usize) -> Result<(), String> {
+        let snapshot = &self.snapshots[index];
+        let writes_of = |block: u64| self.blocks.get(&(snapshot.volume, block)).map_or(&[][..], Vec::as_slice);
+        // The write each block holds: for the zeros (several trims may read as them), the
+        // newest the cut allows, which asks the least of the other blocks.
+        let held = |block: u64, found: u64| -> Option<&Write> {
+            allowed_over(writes_of(block), snapshot.start, snapshot.end)
+                .into_iter()
+                .filter(|write| write.reads_as == found)
+                .max_by_key(|write| write.start)
+        };
+        let latest_issue = snapshot
+            .pinned
+            .iter()
+            .filter_map(|(&block, &found)| held(block, found))
+            .map(|write| write.start)
+            .max()
+            .unwrap_or(0);
+        for (&block, &found) in &snapshot.pinned {
+            let Some(write) = held(block, found) else { continue };
+            let newer = writes_of(block).iter().find(|other| {
+                other.id != write.id
+                    && write.end.is_some_and(|written| other.start > written)
+                    && other.end.is_some_and(|other_end| other_end < latest_issue)
+            });
+            if let Some(newer) = newer {
+                return Err(format!(
+                    "snapshot {index} of volume {}: block {block} holds write {found}, but write {} was acknowledged \
+                     (tick {:?}) before a write the snapshot holds was issued (tick {latest_issue})",
+                    snapshot.volume, newer.reads_as, newer.end
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The blocks of snapshot `index` read so far, and what they hold.
+    pub(crate) fn snapshot_blocks(&self, index: usize) -> BTreeMap<u64, u64> {
+        self.snapshots[index].pinned.clone()
+    }
+
+    /// A rollback of volume `volume` to the snapshot whose blocks read as `held` (every other
+    /// block as zeros) starts: one write per block touched, each reading as the snapshot's.
+    /// Returns the writes, to acknowledge when the rollback returns.
+    pub(crate) fn rollback_started(&mut self, volume: usize, held: &BTreeMap<u64, u64>) -> Vec<(Address, u64)> {
+        let blocks: Vec<Address> = self.blocks.keys().copied().filter(|address| address.0 == volume).collect();
+        let start = self.tick();
+        let mut started = Vec::new();
+        for address in blocks {
+            self.next_id += 1;
+            let id = self.next_id;
+            let reads_as = held.get(&address.1).copied().unwrap_or(ZEROS);
+            self.blocks.get_mut(&address).expect("a block touched").push(Write { id, reads_as, start, end: None });
+            started.push((address, id));
+        }
+        started
+    }
+
+    /// Writes that started and were never made (a rollback the mon refused).
+    pub(crate) fn cancel(&mut self, writes: &[(Address, u64)]) {
+        for (address, id) in writes {
+            if let Some(history) = self.blocks.get_mut(address) {
+                history.retain(|write| write.id != *id);
+            }
+        }
+    }
+
+    /// The volume snapshot `index` is of.
+    pub(crate) fn snapshot_volume(&self, index: usize) -> usize {
+        self.snapshots[index].volume
+    }
+}
+
+/// The writes a read over ticks `start` to `end` may return: started before it ended, and not
+/// certainly overwritten before it started (by a write that started after it ended and ended
+/// before `start`).
+fn allowed_over(writes: &[Write], start: u64, end: u64) -> Vec<&Write> {
+    writes
+        .iter()
+        .filter(|write| write.start < end)
+        .filter(|write| {
+            !writes.iter().any(|other| {
+                other.id != write.id
+                    && write.end.is_some_and(|written| other.start > written)
+                    && other.end.is_some_and(|other_end| other_end < start)
+            })
+        })
+        .collect()
 }
 
 /// The zeros every block starts as, written before the clock's first tick.
@@ -194,6 +325,47 @@ mod tests {
         let stale = history.check_read(BLOCK, start, &contents(BLOCK, first)).expect_err("stale");
         assert!(stale.contains("stale"), "{stale}");
         assert!(history.check_read(BLOCK, start, &[0; BLOCK_BYTES]).is_err(), "the zeros are long gone");
+    }
+
+    #[test]
+    fn a_snapshot_holds_a_cut_and_never_changes() {
+        let mut history = History::default();
+        let (a, b) = ((0, 1), (0, 2));
+        let old_a = history.write_started(a, false);
+        history.write_acknowledged(a, old_a);
+        let start = history.tick();
+        let in_flight = history.write_started(b, false);
+        let end = history.tick();
+        let after = history.write_started(a, false);
+        history.write_acknowledged(a, after);
+        history.write_acknowledged(b, in_flight);
+        let snapshot = history.snapshot_taken(0, start, end);
+        // A write issued after the call returned is not in it; one in flight may be.
+        assert!(history.check_snapshot_read(snapshot, 1, &contents(a, after)).is_err());
+        assert_eq!(history.check_snapshot_read(snapshot, 1, &contents(a, old_a)), Ok(old_a));
+        assert_eq!(history.check_snapshot_read(snapshot, 2, &contents(b, in_flight)), Ok(in_flight));
+        assert_eq!(history.check_snapshot_cut(snapshot), Ok(()));
+        // Once read, a block reads the same for ever.
+        let changed = history.check_snapshot_read(snapshot, 2, &[0; BLOCK_BYTES]).expect_err("changed");
+        assert!(changed.contains("a snapshot changed"), "{changed}");
+    }
+
+    #[test]
+    fn a_snapshot_holding_a_write_holds_every_write_acknowledged_before_it_was_issued() {
+        let mut history = History::default();
+        let (a, b) = ((0, 1), (0, 2));
+        let start = history.tick();
+        let first = history.write_started(a, false);
+        history.write_acknowledged(a, first);
+        let second = history.write_started(b, false);
+        let end = history.tick();
+        history.write_acknowledged(b, second);
+        let snapshot = history.snapshot_taken(0, start, end);
+        // Each block alone may read either way, but b's write in it brings a's.
+        assert_eq!(history.check_snapshot_read(snapshot, 1, &[0; BLOCK_BYTES]), Ok(ZEROS));
+        assert_eq!(history.check_snapshot_read(snapshot, 2, &contents(b, second)), Ok(second));
+        let broken = history.check_snapshot_cut(snapshot).expect_err("the cut is broken");
+        assert!(broken.contains("before a write the snapshot holds was issued"), "{broken}");
     }
 
     #[test]

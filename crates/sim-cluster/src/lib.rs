@@ -60,6 +60,7 @@ mod replicas;
 mod scenarios;
 mod scrubs;
 mod settle;
+mod snapshots;
 mod trace;
 mod workload;
 
@@ -130,6 +131,9 @@ pub struct SimOptions {
     /// The last OSD starts a while after the clients (drawn when `osd_joins`): placement moves
     /// PGs onto it, which backfill while the clients write.
     pub late_join: bool,
+    /// Whether snapshots, clones and rollbacks are taken while the clients run
+    /// (`snapshots.rs`). Seeds found before they existed replay with it off.
+    pub snapshots: bool,
 }
 
 impl SimOptions {
@@ -199,6 +203,7 @@ impl Default for SimOptions {
             overlapping_faults: false,
             osd_joins: false,
             late_join: false,
+            snapshots: false,
         }
     }
 }
@@ -267,7 +272,9 @@ fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
     if options.nbd {
         command.push_str(" BASALT_SIM_NBD=1");
     }
-    if options.osd_joins {
+    if options.snapshots {
+        command.push_str(" BASALT_SIM_GEOMETRY=snapshots");
+    } else if options.osd_joins {
         command.push_str(" BASALT_SIM_GEOMETRY=joining");
     } else if options.overlapping_faults {
         command.push_str(" BASALT_SIM_GEOMETRY=overlapping");

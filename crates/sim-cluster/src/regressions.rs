@@ -52,6 +52,11 @@ pub const JOINING_REGRESSIONS: [(u64, &str); 1] = [
     (420, "the harness took an OSD joining late onto a drive set to fail writes, which could not record its id, for a violation"),
 ];
 
+/// Seeds that once failed with snapshots, clones and rollbacks taken, over everything above.
+pub const SNAPSHOT_REGRESSIONS: [(u64, &str); 1] = [
+    (25, "a primary whose map did not name a volume's new head yet read it alone, without the layers below: a client read an acknowledged write as zeros"),
+];
+
 /// Every seed above with the options of the stage it was found in.
 pub fn with_options() -> Vec<(u64, &'static str, SimOptions)> {
     let fixed = SimOptions::default();
@@ -59,12 +64,14 @@ pub fn with_options() -> Vec<(u64, &'static str, SimOptions)> {
     let wide = SimOptions { drawn_workload: true, ..drawn.clone() };
     let overlapping = SimOptions { overlapping_faults: true, ..wide.clone() };
     let joining = SimOptions { osd_joins: true, ..overlapping.clone() };
-    let stages: [(&[(u64, &'static str)], SimOptions); 5] = [
+    let snapshots = SimOptions { snapshots: true, ..joining.clone() };
+    let stages: [(&[(u64, &'static str)], SimOptions); 6] = [
         (&REGRESSIONS, fixed),
         (&DRAWN_REGRESSIONS, drawn),
         (&WIDE_REGRESSIONS, wide),
         (&OVERLAPPING_REGRESSIONS, overlapping),
         (&JOINING_REGRESSIONS, joining),
+        (&SNAPSHOT_REGRESSIONS, snapshots),
     ];
     stages
         .into_iter()

@@ -22,7 +22,7 @@ use crate::history::{contents, Address, BLOCK_BYTES};
 use crate::nbd_client::NbdClient;
 use crate::scenarios::{self, Stage};
 use crate::SimOptions;
-use crate::{faults, images, listings, membership, replicas, scrubs, settle};
+use crate::{faults, images, listings, membership, replicas, scrubs, settle, snapshots};
 
 pub(crate) fn volume_name(index: usize) -> String {
     format!("vol{index}")
@@ -104,6 +104,19 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     });
     let scrubs = (options.faults && options.membership_changes)
         .then(|| tokio::task::spawn_local(scrubs::request(derive(seed, 5), store.clone(), run.clone())));
+    let taken = Rc::new(std::cell::RefCell::new(snapshots::Taken::default()));
+    let snapshotting = options.snapshots.then(|| {
+        let task = snapshots::run(
+            derive(seed, 11),
+            store.clone(),
+            client.clone(),
+            options.volumes,
+            options.blocks_per_volume,
+            run.clone(),
+            taken.clone(),
+        );
+        tokio::task::spawn_local(task)
+    });
     let mut clients = Vec::new();
     for index in 0..options.clients {
         let node = format!("client{index}");
@@ -141,6 +154,10 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         scrubs.abort();
         let _ = scrubs.await;
     }
+    if let Some(snapshotting) = snapshotting {
+        snapshotting.abort();
+        let _ = snapshotting.await;
+    }
     if let Some(joining) = joining {
         joining.abort();
         let _ = joining.await;
@@ -177,6 +194,12 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
     if options.faults || options.scenario.is_some() {
         faults::heal(nodes);
         final_reads(&volumes, run, "healed", true).await;
+    }
+    if options.snapshots {
+        let taken = taken.borrow().list();
+        if tokio::time::timeout(FINAL_DEADLINE, snapshots::final_check(&client, &taken, run)).await.is_err() {
+            run.violation(format!("the snapshots' final reads did not finish within {FINAL_DEADLINE:?} (liveness)"));
+        }
     }
     if settle::wait_until_clean(store, nodes.members(), options.osd_lease, run).await {
         let rotted = nodes.rotted.borrow().clone();

@@ -93,14 +93,15 @@ fn options_from_env() -> SimOptions {
     };
     let drawn = scenario.is_none();
     let stage = match std::env::var("BASALT_SIM_GEOMETRY").as_deref() {
-        Err(_) | Ok("joining") => 4,
+        Err(_) | Ok("snapshots") => 5,
+        Ok("joining") => 4,
         Ok("overlapping") => 3,
         Ok("wide") => 2,
         Ok("drawn") => 1,
         Ok("fixed") => 0,
         Ok(other) => panic!(
-            "BASALT_SIM_GEOMETRY={other}: joining (geometry and workload from each seed, two streams of faults, an \
-             OSD that may join late), overlapping (no late join), wide (one stream of faults), drawn (the geometry \
+            "BASALT_SIM_GEOMETRY={other}: snapshots (all of joining, with snapshots, clones and rollbacks), joining \
+             (geometry and workload from each seed, two streams of faults, an OSD that may join late), overlapping (no late join), wide (one stream of faults), drawn (the geometry \
              only) or fixed"
         ),
     };
@@ -112,6 +113,7 @@ fn options_from_env() -> SimOptions {
         drawn_workload: drawn && stage >= 2,
         overlapping_faults: drawn && stage >= 3,
         osd_joins: drawn && stage >= 4,
+        snapshots: drawn && stage >= 5,
         ..options
     }
 }

@@ -18,26 +18,38 @@ use crate::pg::state::Pg;
 
 const PAGE: usize = PAGE_SIZE_BYTES as usize;
 
-/// Whether a client's write may change the layer it names, in the map that admits it: not a
-/// snapshot's (frozen), not a head still waiting for its seal, not a layered inode the map does
-/// not name (a head replaced by a rollback, a layer being removed). Inodes from before layers
-/// take writes as they always did.
-pub(crate) fn check_write(map: &ClusterMap, request: &Request) -> Result<(), OpError> {
-    let inode = match *request {
-        Request::Write { inode, .. } | Request::WriteZeroes { inode, .. } | Request::Trim { inode, .. } => inode,
+/// Whether this OSD may serve a client's op on the layer it names, in the map that admits it.
+/// A layered inode the map does not name is `Busy`: the map is behind the client's (a read of
+/// a new head would miss the layers below it), or the layer was replaced (a rollback) or is
+/// being removed. A write must not change a snapshot's layer (frozen) nor a head still
+/// waiting for its seal. Inodes from before layers take ops as they always did.
+pub(crate) fn check_layer(map: &ClusterMap, request: &Request) -> Result<(), OpError> {
+    let (inode, writes) = match *request {
+        Request::Write { inode, .. } | Request::WriteZeroes { inode, .. } | Request::Trim { inode, .. } => {
+            (inode, true)
+        }
+        Request::Read { inode, .. } => (inode, false),
+        Request::Stat { object, .. } => (object.inode, false),
         _ => return Ok(()),
     };
     if !inode::is_layered(inode) {
         return Ok(());
     }
-    match map.layer(inode) {
-        // The removal of a volume's snapshots trims them whole (`trim_mutation` deletes).
-        Some(layer) if layer.frozen && layer.deleting && matches!(request, Request::Trim { .. }) => Ok(()),
-        Some(layer) if layer.frozen => Err(OpError::LayerFrozen { inode }),
-        Some(layer) if layer.sealing => Err(OpError::LayerSealing { inode }),
-        Some(_) => Ok(()),
-        None => Err(OpError::LayerUnknown { inode }),
+    let Some(layer) = map.layer(inode) else {
+        return Err(OpError::LayerUnknown { inode });
+    };
+    if !writes {
+        return Ok(());
     }
+    // The removal of a volume's snapshots trims them whole (`trim_mutation` deletes).
+    let removal = layer.deleting && matches!(request, Request::Trim { .. });
+    if layer.frozen && !removal {
+        return Err(OpError::LayerFrozen { inode });
+    }
+    if layer.sealing {
+        return Err(OpError::LayerSealing { inode });
+    }
+    Ok(())
 }
 
 impl Osd {

@@ -488,7 +488,7 @@ impl Osd {
             };
             match admission::admit(view, osd, epoch, request) {
                 Decision::Admit(admitted) => {
-                    layers::check_write(&map, request)?;
+                    layers::check_layer(&map, request)?;
                     return Ok((admitted, view.map_or(0, |view| view.pg_count), map.revision));
                 }
                 Decision::Refuse(error) => return Err(error),
