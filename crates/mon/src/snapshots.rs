@@ -100,22 +100,8 @@ pub async fn freeze(store: &dyn MetaStore, full_name: &str, now_unix_ms: u64) ->
         switched.parent =
             Some(Parent { snapshot: full_name.to_string(), inode: volume.id, size_bytes: volume.size_bytes });
         switched.sealing = true;
-        let volume_key = keys::volume(volume_name);
-        let response = store
-            .txn(Txn {
-                compares: vec![
-                    Compare::mod_revision(&volume_key, CompareOp::Equal, volume_revision),
-                    Compare::absent(&snapshot_key),
-                    Compare::mod_revision(&counter_key, CompareOp::Equal, counter_revision),
-                ],
-                success: vec![
-                    TxnOp::put(&snapshot_key, encode(&snapshot), None),
-                    TxnOp::put(&volume_key, encode(&switched), None),
-                    TxnOp::put(&counter_key, counter_value(next_layer + 1), None),
-                ],
-                failure: vec![],
-            })
-            .await?;
+        let counter = LayerCounter { key: counter_key, revision: counter_revision, next: next_layer };
+        let response = switch_head(store, &snapshot, &switched, volume_revision, &counter, Vec::new()).await?;
         if response.succeeded {
             tracing::info!(snapshot = full_name, layer = snapshot.inode, head = switched.id, "froze a snapshot");
             return Ok(Frozen { snapshot, volume: switched, revision: response.revision });
@@ -175,24 +161,10 @@ pub async fn rollback(
         switched.parent =
             Some(Parent { snapshot: full_name.to_string(), inode: snapshot.inode, size_bytes: snapshot.size_bytes });
         switched.sealing = true;
-        let (volume_key, retired_key, snapshot_key) =
-            (keys::volume(volume_name), keys::snapshot(&retired.full_name()), keys::snapshot(full_name));
-        let response = store
-            .txn(Txn {
-                compares: vec![
-                    Compare::mod_revision(&volume_key, CompareOp::Equal, volume_revision),
-                    Compare::mod_revision(&snapshot_key, CompareOp::Equal, snapshot_revision),
-                    Compare::absent(&retired_key),
-                    Compare::mod_revision(&counter_key, CompareOp::Equal, counter_revision),
-                ],
-                success: vec![
-                    TxnOp::put(&retired_key, encode(&retired), None),
-                    TxnOp::put(&volume_key, encode(&switched), None),
-                    TxnOp::put(&counter_key, counter_value(next_layer + 1), None),
-                ],
-                failure: vec![],
-            })
-            .await?;
+        let counter = LayerCounter { key: counter_key, revision: counter_revision, next: next_layer };
+        // The snapshot rolled back to must still be the one read.
+        let unchanged = Compare::mod_revision(keys::snapshot(full_name), CompareOp::Equal, snapshot_revision);
+        let response = switch_head(store, &retired, &switched, volume_revision, &counter, vec![unchanged]).await?;
         if response.succeeded {
             tracing::info!(
                 volume = volume_name,
@@ -205,6 +177,39 @@ pub async fn rollback(
         }
     }
     Err(AdminError::Contended(format!("volume {volume_name:?} was not rolled back: it kept changing; try again")))
+}
+
+/// A family's layer counter as read: its key, the revision it was read at, the next layer.
+struct LayerCounter {
+    key: String,
+    revision: i64,
+    next: u64,
+}
+
+/// One transaction of a snapshot or a rollback: `frozen` (absent before) keeps the head the
+/// volume leaves, the volume takes its new head `switched`, and the family's layer counter
+/// moves past it; compared on the volume's last write, the counter's and `more`.
+async fn switch_head(
+    store: &dyn MetaStore,
+    frozen: &SnapshotRecord,
+    switched: &VolumeRecord,
+    volume_revision: i64,
+    counter: &LayerCounter,
+    more: Vec<Compare>,
+) -> Result<meta::TxnResponse, AdminError> {
+    let (volume_key, frozen_key) = (keys::volume(&switched.name), keys::snapshot(&frozen.full_name()));
+    let mut compares = vec![
+        Compare::mod_revision(&volume_key, CompareOp::Equal, volume_revision),
+        Compare::absent(&frozen_key),
+        Compare::mod_revision(&counter.key, CompareOp::Equal, counter.revision),
+    ];
+    compares.extend(more);
+    let success = vec![
+        TxnOp::put(&frozen_key, encode(frozen), None),
+        TxnOp::put(&volume_key, encode(switched), None),
+        TxnOp::put(&counter.key, counter_value(counter.next + 1), None),
+    ];
+    Ok(store.txn(Txn { compares, success, failure: vec![] }).await?)
 }
 
 /// Creates volume `request.name` whose head reads through snapshot `request.snapshot`: one
