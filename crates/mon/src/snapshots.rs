@@ -81,19 +81,7 @@ pub async fn freeze(store: &dyn MetaStore, full_name: &str, now_unix_ms: u64) ->
         let map = cluster_watch::load(store).await?;
         check_depth(&map, volume.id, volume_name)?;
         let (next_layer, counter_key, counter_revision) = next_layer(store, volume.id).await?;
-        let snapshot = SnapshotRecord {
-            version: FORMAT_VERSION,
-            volume: volume_name.to_string(),
-            name: snapshot_name.to_string(),
-            inode: volume.id,
-            pool: volume.pool,
-            size_bytes: volume.size_bytes,
-            object_size_bytes: volume.object_size_bytes,
-            parent: volume.parent.clone(),
-            created_unix_ms: now_unix_ms,
-            hidden: false,
-            deleting: false,
-        };
+        let snapshot = frozen_head(&volume, snapshot_name, false, now_unix_ms);
         let family = inode::family(volume.id).expect("refuse_unusable let only layered heads through");
         let mut switched = volume.clone();
         switched.id = inode::layered(volume.pool, family, next_layer);
@@ -142,19 +130,7 @@ pub async fn rollback(
         }
         let (next_layer, counter_key, counter_revision) = next_layer(store, volume.id).await?;
         let family = inode::family(volume.id).expect("refuse_unusable let only layered heads through");
-        let retired = SnapshotRecord {
-            version: FORMAT_VERSION,
-            volume: volume.name.clone(),
-            name: retired_head_name(volume.id),
-            inode: volume.id,
-            pool: volume.pool,
-            size_bytes: volume.size_bytes,
-            object_size_bytes: volume.object_size_bytes,
-            parent: volume.parent.clone(),
-            created_unix_ms: now_unix_ms,
-            hidden: true,
-            deleting: false,
-        };
+        let retired = frozen_head(&volume, &retired_head_name(volume.id), true, now_unix_ms);
         let mut switched = volume.clone();
         switched.id = inode::layered(volume.pool, family, next_layer);
         switched.size_bytes = snapshot.size_bytes;
@@ -177,6 +153,24 @@ pub async fn rollback(
         }
     }
     Err(AdminError::Contended(format!("volume {volume_name:?} was not rolled back: it kept changing; try again")))
+}
+
+/// The record that keeps `volume`'s current head frozen under `name` (`hidden`: a head a
+/// rollback replaced, which no one opens).
+fn frozen_head(volume: &VolumeRecord, name: &str, hidden: bool, now_unix_ms: u64) -> SnapshotRecord {
+    SnapshotRecord {
+        version: FORMAT_VERSION,
+        volume: volume.name.clone(),
+        name: name.to_string(),
+        inode: volume.id,
+        pool: volume.pool,
+        size_bytes: volume.size_bytes,
+        object_size_bytes: volume.object_size_bytes,
+        parent: volume.parent.clone(),
+        created_unix_ms: now_unix_ms,
+        hidden,
+        deleting: false,
+    }
 }
 
 /// A family's layer counter as read: its key, the revision it was read at, the next layer.
