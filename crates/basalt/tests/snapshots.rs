@@ -2,7 +2,9 @@
 //! written with `qemu-io` through NBD and, alike, into model files on the local filesystem;
 //! `qemu-img compare` holds each export to its model after overwrites of the volume and of a
 //! clone, whole-object trims over a parent, an OSD killed and its PGs recovered, a scrub that
-//! repairs damaged copies, and a rollback. Then every bad input the commands refuse.
+//! repairs damaged copies, an OSD joining and the PGs moved onto it backfilled, and a rollback;
+//! fio's `--verify=crc32c` holds a snapshot to what was written before it while the volume is
+//! overwritten. Then every bad input the commands refuse.
 
 mod common;
 
@@ -13,6 +15,7 @@ use std::time::Duration;
 use common::cluster::*;
 use common::{Store, BASALT};
 use serde_json::Value;
+use testkit::wait_until;
 
 const MIB: u64 = 1 << 20;
 const SIZE: u64 = 32 * MIB;
@@ -50,6 +53,20 @@ fn same(name: &str, model: &Path) {
     assert!(output.status.success(), "{name} differs from its model: {text}");
 }
 
+/// fio through NBD on export `name`: 4 KiB random writes over all of it, each block written once
+/// and checked (or only checked, with `--verify_only`); fails the test on any error.
+fn fio_on(dir: &Path, name: &str, seed: u32, extra: &[&str]) {
+    let output = Command::new("fio")
+        .current_dir(dir)
+        .args(["--name=snapshot", "--ioengine=nbd", &format!("--uri={}", export(name)), "--rw=randwrite"])
+        .args(["--bs=4k", "--iodepth=8", "--verify=crc32c", "--verify_fatal=1", &format!("--randseed={seed}")])
+        .args(extra)
+        .output()
+        .expect("run fio");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success() && text.contains("err= 0"), "fio on {name} (seed {seed}, {extra:?}): {text}");
+}
+
 fn model(dir: &Path, name: &str, from: Option<&Path>) -> PathBuf {
     let path = dir.join(format!("{name}.model"));
     match from {
@@ -78,8 +95,17 @@ fn api(args: &[&str]) -> Value {
 #[test]
 fn snapshots_and_clones_keep_their_data_through_overwrites_failures_scrub_and_rollback() {
     isolated(|| {
-        let mut cluster = Cluster::start(Store::Embedded, "snapshots", 3, 3, 2, "32M");
+        let mut cluster = Cluster::start(Store::Etcd, "snapshots", 3, 3, 2, "32M");
         let dir = cluster.scratch.path().to_path_buf();
+        // fio's own check: a snapshot keeps what was written before it after the volume is
+        // overwritten whole.
+        cli(&["volume", "create", "f", "--size", "16M", "--pool", "p", "--api", API]);
+        fio_on(&dir, "f", 7, &[]);
+        cli(&["snapshot", "create", "f@a", "--api", API]);
+        fio_on(&dir, "f", 8, &[]);
+        fio_on(&dir, "f@a", 7, &["--verify_only"]);
+        fio_on(&dir, "f", 8, &["--verify_only"]);
+
         let v = model(&dir, "v", None);
         // Whole objects, runs of pages and single pages, so objects hold some pages only.
         let first: Vec<String> = [
@@ -170,6 +196,19 @@ fn snapshots_and_clones_keep_their_data_through_overwrites_failures_scrub_and_ro
         same("v@s1", &s1);
         replicas_equal();
 
+        // A fourth OSD joins: the PGs placed onto it are backfilled, page masks and all, and the
+        // members that left drop their copies; every export still reads as its model.
+        let fourth = cluster.add_osd();
+        let id = cluster.osd_id(fourth);
+        wait_until(Duration::from_secs(30), "the fourth osd in target sets", || {
+            pgs().iter().any(|pg| pg["target"].as_array().unwrap().iter().any(|member| member == id)).then_some(())
+        });
+        wait_clean();
+        same("c", &c);
+        same("v", &v);
+        same("v@s1", &s1);
+        replicas_equal();
+
         // A rollback: v reads as the snapshot again; its data since is deleted in the background.
         let rolled = api(&["volume", "rollback", "v@s1"]);
         assert_eq!(rolled["parent"], "v@s1", "{rolled}");
@@ -185,16 +224,18 @@ fn snapshots_and_clones_keep_their_data_through_overwrites_failures_scrub_and_ro
         assert!(error.contains("clones") && error.contains('c'), "{error}");
         cli(&["volume", "rm", "c", "--api", API]);
         cli(&["snapshot", "rm", "v@s1", "--api", API]);
+        cli(&["snapshot", "rm", "f@a", "--api", API]);
+        cli(&["volume", "rm", "f", "--api", API]);
         let list = api(&["snapshot", "ls"]);
         assert_eq!(list["snapshots"].as_array().map(Vec::len), Some(0), "{list}");
         same("v", &v);
         cli(&["volume", "rm", "v", "--api", API]);
-        // Every object of the family is gone: nothing is left on the drives.
+        // Every object of both families is gone: nothing is left on the drives.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while held_objects() > 0 {
             assert!(
                 std::time::Instant::now() < deadline,
-                "objects left after the family's removal: {:?}",
+                "objects left after the families' removal: {:?}",
                 objects_left()
             );
             std::thread::sleep(Duration::from_millis(250));

@@ -161,15 +161,22 @@ const SEAL_LEFTOVER_AFTER: Duration = Duration::from_secs(2);
 async fn seal_loop(shared: &Shared, watcher: &MapWatcher) -> Result<TermEnd, MetaError> {
     let store = shared.store.as_ref();
     let mut receiver = watcher.subscribe();
+    // A head sealing when a term starts was left by the mon before (or by an API call still
+    // running, which sealing again does not harm): sealed at once.
+    let mut term_start = true;
     loop {
         let map = receiver.borrow_and_update().clone();
         let sealing = map.volumes.values().any(|volume| volume.sealing);
         if sealing {
-            tokio::time::sleep(SEAL_LEFTOVER_AFTER).await;
+            if !term_start {
+                tokio::time::sleep(SEAL_LEFTOVER_AFTER).await;
+            }
+            term_start = false;
             let map = cluster_watch::load(store).await?;
             crate::seal::seal_leftovers(store, &map).await;
             continue;
         }
+        term_start = false;
         if receiver.changed().await.is_err() {
             return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));
         }

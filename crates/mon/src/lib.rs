@@ -261,7 +261,8 @@ impl Mon {
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
-        tasks.spawn(leader::run_candidate(shared.clone(), watcher, reaper, stopped.clone()));
+        // On the simulated network, the leader's connections (its barriers) start from this mon's node.
+        tasks.spawn(net::on_this_node(leader::run_candidate(shared.clone(), watcher, reaper, stopped.clone())));
         if let Some(listener) = listener {
             let router = api::router(shared.clone());
             let mut api_stopped = stopped;

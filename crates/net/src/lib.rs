@@ -35,6 +35,19 @@ pub use connection::{connect, Connection, Reply};
 pub use server::{serve_connection, split, FrameReader, FrameSender};
 pub use stream::{bind_unix, Listener, Stream, UNIX_PREFIX};
 
+/// `future`, run as the simulated node the current task runs as, in a simulation: a task
+/// spawned onto the runtime (`tokio::spawn`) does not inherit its node. Otherwise `future`.
+#[cfg(feature = "sim")]
+pub fn on_this_node<F: std::future::Future>(future: F) -> sim::OnNode<F> {
+    sim::SimNet::inherit(future)
+}
+
+/// `future` (a simulation runs it as the spawning task's node).
+#[cfg(not(feature = "sim"))]
+pub fn on_this_node<F: std::future::Future>(future: F) -> F {
+    future
+}
+
 /// Why a connection could not be opened, or why an operation on it failed.
 ///
 /// Every variant names the peer. Once a connection has failed, every later operation on it

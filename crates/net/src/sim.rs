@@ -114,7 +114,13 @@ impl SimNet {
 
     /// Runs `future` as node `node`: connections it opens start from that node.
     pub fn on_node<F: Future>(node: &str, future: F) -> OnNode<F> {
-        OnNode { node: Arc::from(node), future: Box::pin(future) }
+        OnNode { node: Some(Arc::from(node)), future: Box::pin(future) }
+    }
+
+    /// Runs `future` as the node the current task runs as, if any: a task a node spawns onto
+    /// the runtime (`tokio::spawn`) does not inherit it. Outside a simulation, `future` as is.
+    pub fn inherit<F: Future>(future: F) -> OnNode<F> {
+        OnNode { node: Self::current_node(), future: Box::pin(future) }
     }
 
     /// The node the current task runs as (inside [`SimNet::on_node`]), if any.
@@ -299,7 +305,7 @@ fn live_pipes(pipes: &mut Vec<Weak<Pipe>>) -> impl Iterator<Item = Arc<Pipe>> {
 
 /// A future that runs as a simulated node (see [`SimNet::on_node`]).
 pub struct OnNode<F> {
-    node: Arc<str>,
+    node: Option<Arc<str>>,
     future: Pin<Box<F>>,
 }
 
@@ -307,7 +313,7 @@ impl<F: Future> Future for OnNode<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let previous = NODE.with(|node| node.borrow_mut().replace(self.node.clone()));
+        let previous = NODE.with(|node| std::mem::replace(&mut *node.borrow_mut(), self.node.clone()));
         let result = self.future.as_mut().poll(cx);
         NODE.with(|node| *node.borrow_mut() = previous);
         result

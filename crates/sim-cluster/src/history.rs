@@ -174,23 +174,23 @@ impl History {
     pub(crate) fn check_snapshot_cut(&self, index: usize) -> Result<(), String> {
         let snapshot = &self.snapshots[index];
         let writes_of = |block: u64| self.blocks.get(&(snapshot.volume, block)).map_or(&[][..], Vec::as_slice);
-        // The write each block holds: for the zeros (several trims may read as them), the
-        // newest the cut allows, which asks the least of the other blocks.
-        let held = |block: u64, found: u64| -> Option<&Write> {
+        // The writes a block may hold: for the zeros, every trim the cut allows reads as them.
+        // Which one it holds is unknown, so each rule takes the one that asks the least: the
+        // oldest for what the block asks of the others, the newest for what it asks of itself.
+        let candidates = |block: u64, found: u64| -> Vec<&Write> {
             allowed_over(writes_of(block), snapshot.start, snapshot.end)
                 .into_iter()
                 .filter(|write| write.reads_as == found)
-                .max_by_key(|write| write.start)
+                .collect()
         };
         let latest_issue = snapshot
             .pinned
             .iter()
-            .filter_map(|(&block, &found)| held(block, found))
-            .map(|write| write.start)
+            .filter_map(|(&block, &found)| candidates(block, found).iter().map(|write| write.start).min())
             .max()
             .unwrap_or(0);
         for (&block, &found) in &snapshot.pinned {
-            let Some(write) = held(block, found) else { continue };
+            let Some(write) = candidates(block, found).into_iter().max_by_key(|write| write.start) else { continue };
             let newer = writes_of(block).iter().find(|other| {
                 other.id != write.id
                     && write.end.is_some_and(|written| other.start > written)
@@ -366,6 +366,25 @@ mod tests {
         assert_eq!(history.check_snapshot_read(snapshot, 2, &contents(b, second)), Ok(second));
         let broken = history.check_snapshot_cut(snapshot).expect_err("the cut is broken");
         assert!(broken.contains("before a write the snapshot holds was issued"), "{broken}");
+    }
+
+    #[test]
+    fn zeros_in_a_snapshot_ask_the_other_blocks_only_what_the_oldest_trim_would() {
+        let mut history = History::default();
+        let (a, b) = ((0, 1), (0, 2));
+        let start = history.tick();
+        // b's write is acknowledged early in the call and the snapshot lacks it; a reads as
+        // zeros, which the untouched block was before any trim: a trim issued later in the call
+        // must not count as held.
+        let early = history.write_started(b, false);
+        history.write_acknowledged(b, early);
+        let late_trim = history.write_started(a, true);
+        history.write_acknowledged(a, late_trim);
+        let end = history.tick();
+        let snapshot = history.snapshot_taken(0, start, end);
+        assert_eq!(history.check_snapshot_read(snapshot, 1, &[0; BLOCK_BYTES]), Ok(ZEROS));
+        assert_eq!(history.check_snapshot_read(snapshot, 2, &[0; BLOCK_BYTES]), Ok(ZEROS));
+        assert_eq!(history.check_snapshot_cut(snapshot), Ok(()));
     }
 
     #[test]

@@ -60,6 +60,7 @@ mod replicas;
 mod scenarios;
 mod scrubs;
 mod settle;
+mod snapshot_races;
 mod snapshots;
 mod trace;
 mod workload;

@@ -8,13 +8,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use client::Volume;
+use client::{Client, Volume};
 use cluster::ClusterMap;
 use meta::MetaStore;
 use net::sim::SimNet;
 use tokio::time::Instant;
 
 use crate::cluster::{Nodes, Run};
+use crate::snapshot_races;
 use crate::workload::{self, Op};
 use crate::SimOptions;
 
@@ -61,10 +62,17 @@ pub enum Scenario {
     /// `a_fourth_osd_joins_under_load...`: one of four OSDs drained, killed and removed without
     /// force, and a fifth joins (`drain.rs`).
     DrainRemoveJoin,
+    /// A snapshot taken while the OSD leading the most PGs is killed; no real-process test
+    /// mirrors it (`snapshot_races.rs`).
+    SnapshotKillPrimary,
+    /// A snapshot taken while that OSD is cut off from every node.
+    SnapshotCutOff,
+    /// A snapshot taken while the mon that runs it is killed: its leader after it seals it.
+    SnapshotMonKilled,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::KillPrimary,
         Scenario::PausePrimary,
         Scenario::RollingRestarts,
@@ -77,6 +85,9 @@ impl Scenario {
         Scenario::EveryCopyRots,
         Scenario::DrivesFailReads,
         Scenario::DrainRemoveJoin,
+        Scenario::SnapshotKillPrimary,
+        Scenario::SnapshotCutOff,
+        Scenario::SnapshotMonKilled,
     ];
 
     /// The name a replay names it by.
@@ -94,6 +105,9 @@ impl Scenario {
             Scenario::EveryCopyRots => "every-copy-rots",
             Scenario::DrivesFailReads => "drives-fail-reads",
             Scenario::DrainRemoveJoin => "drain-remove-join",
+            Scenario::SnapshotKillPrimary => "snapshot-kill-primary",
+            Scenario::SnapshotCutOff => "snapshot-cut-off",
+            Scenario::SnapshotMonKilled => "snapshot-mon-killed",
         }
     }
 
@@ -126,6 +140,10 @@ pub(crate) struct Stage<'a> {
     pub(crate) store: &'a Arc<dyn MetaStore>,
     pub(crate) volumes: &'a [Rc<Volume>],
     pub(crate) run: &'a Rc<Run>,
+    /// The client the workload's volumes were opened by (for snapshots).
+    pub(crate) client: &'a Rc<Client>,
+    /// The run's seed, for what a scenario draws.
+    pub(crate) seed: u64,
 }
 
 /// Plays `scenario`; its violations go to the run.
@@ -144,6 +162,9 @@ pub(crate) async fn play(scenario: Scenario, stage: Stage<'_>) {
         Scenario::EveryCopyRots => crate::every_copy_rots::play(&stage).await,
         Scenario::DrivesFailReads => crate::drives_fail_reads::play(&stage).await,
         Scenario::DrainRemoveJoin => crate::drain::play(&stage).await,
+        Scenario::SnapshotKillPrimary => snapshot_races::play(&stage, snapshot_races::Fault::KillPrimary).await,
+        Scenario::SnapshotCutOff => snapshot_races::play(&stage, snapshot_races::Fault::CutOff).await,
+        Scenario::SnapshotMonKilled => snapshot_races::play(&stage, snapshot_races::Fault::MonKilled).await,
     };
     match played {
         Ok(()) => stage.run.record(format_args!("scenario {scenario:?} played")),

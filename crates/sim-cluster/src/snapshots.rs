@@ -158,7 +158,7 @@ pub(crate) async fn read_blocks(client: &Client, name: &str, index: usize, block
 
 /// What every block of a snapshot holds: each block its volume's writes touched read (the
 /// others were never written before it, so zeros).
-async fn pin_all(client: &Client, name: &str, index: usize, run: &Run) -> BTreeMap<u64, u64> {
+pub(crate) async fn pin_all(client: &Client, name: &str, index: usize, run: &Run) -> BTreeMap<u64, u64> {
     let volume = run.history.borrow().snapshot_volume(index);
     let blocks: Vec<u64> =
         run.history.borrow().addresses().into_iter().filter(|address| address.0 == volume).map(|a| a.1).collect();

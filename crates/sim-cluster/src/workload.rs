@@ -124,7 +124,7 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
         clients.push(tokio::task::spawn_local(SimNet::on_node(&node, task)));
     }
     let scenario = options.scenario.map(|scenario| {
-        let stage = Stage { nodes, store, volumes: &volumes, run };
+        let stage = Stage { nodes, store, volumes: &volumes, run, client: &client, seed };
         scenarios::play(scenario, stage)
     });
     let finished = tokio::time::timeout(CLIENTS_DEADLINE, async {

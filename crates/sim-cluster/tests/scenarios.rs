@@ -78,3 +78,18 @@ fn a_read_every_drive_fails_at_once_waits_and_returns_the_data() {
 fn an_osd_drained_under_load_is_removed_and_a_new_one_backfills() {
     play(Scenario::DrainRemoveJoin);
 }
+
+#[test]
+fn a_snapshot_taken_while_its_primary_is_killed_holds_to_the_cut() {
+    play(Scenario::SnapshotKillPrimary);
+}
+
+#[test]
+fn a_snapshot_taken_while_an_osd_is_cut_off_holds_to_the_cut() {
+    play(Scenario::SnapshotCutOff);
+}
+
+#[test]
+fn a_snapshot_whose_mon_is_killed_is_sealed_by_the_next_leader() {
+    play(Scenario::SnapshotMonKilled);
+}
