@@ -4,8 +4,10 @@
 //!
 //! A pure function: the primary collects the lists and applies the plan; this decides. Every
 //! acknowledged write is on every member recorded for its interval (the acting members that held
-//! every object, which every write reaches), so reaching one member of the clean set and of every
-//! recorded interval finds the newest version of every object a client saw written. A list that is not strictly ordered, or that names a version no
+//! every object, which every write reaches), and each recorded set's members held every winning
+//! version when it was recorded, so the latest recorded set's members hold every write a client
+//! saw acknowledged: their copies decide, and reaching one of them is enough to find the newest
+//! version of every object (peering still waits for one member of every recorded set). A list that is not strictly ordered, or that names a version no
 //! primary of the PG could have minted yet, is the member's fault: the member counts as not
 //! reached, and the plan goes on without it.
 
@@ -96,9 +98,10 @@ pub struct Plan {
     pub authoritative: BTreeMap<ObjectId, u64>,
     /// What each acting member that answered needs, in object order; empty for a complete one.
     pub needs: BTreeMap<u32, Vec<Need>>,
-    /// The copies, with their versions, that acting members outside every required set hold
-    /// at another version than the newest (or that the PG no longer has): deleted before
-    /// anything is copied to them.
+    /// The copies, with their versions, that acting members outside the latest recorded set
+    /// hold and the PG never had at that version: for a member of an older recorded set, those
+    /// newer than the newest or of objects the PG no longer has; for any other, every one at
+    /// another version than the newest. Deleted before anything is copied to them.
     pub discard: BTreeMap<u32, Vec<(ObjectId, u64)>>,
     /// The members to bring up to date before the PG activates: the primary, then the
     /// `min_size - 1` others that need least.
@@ -143,13 +146,22 @@ pub fn plan(inputs: &Inputs<'_>) -> Decision {
         return Decision::TooFewMembers { reached: reached.len(), min_size: inputs.min_size, bad };
     }
 
-    // Only members of a set the history requires know every acknowledged write; another
-    // member (one that joined the PG for backfill, or returned after the PG was clean without
-    // it) may hold copies the PG has since deleted or never acknowledged, so its copies count
-    // for nothing, and those that differ from the newest are discarded. A PG without history
-    // has only ever had its first acting set (its primary records the PG clean when it first
-    // activates, before any member changes): every member counts.
-    let trusted = |osd: &u32| {
+    // Every acknowledged write is on each member of the latest recorded set: a primary records
+    // a set only of members holding every object's winning version, before it acknowledges a
+    // write, and every write it acknowledges reaches each of them. So only those members'
+    // copies decide. A member of an older recorded set holds the PG's older versions, which it
+    // receives what changed since, but may also hold a write no one acknowledged, which the PG
+    // served without since it was away: its copies newer than the winner, or of objects the
+    // winners lack, are discarded (left to win, such a write would appear after the PG served
+    // the object without it, and change a snapshot's layer after its seal). A member of no
+    // recorded set (one joining for backfill, or back after the PG was clean without it) may
+    // hold copies the PG has since deleted or never had: every copy of it that differs from
+    // the winner is discarded. A PG without history has only ever had its first acting set
+    // (its primary records the PG clean when it first activates, before any member changes):
+    // every member decides.
+    let latest = inputs.history.required().last();
+    let decides = |osd: &u32| latest.is_none_or(|set| set.members.contains(osd));
+    let recorded = |osd: &u32| {
         let mut required = inputs.history.required().peekable();
         required.peek().is_none() || required.any(|interval| interval.members.contains(osd))
     };
@@ -159,7 +171,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Decision {
     let holders_in_order =
         inputs.acting.iter().copied().chain(listings.keys().copied().filter(|osd| !inputs.acting.contains(osd)));
     let mut authoritative: BTreeMap<ObjectId, (u64, u32)> = BTreeMap::new();
-    for osd in holders_in_order.filter(|osd| listings.contains_key(osd) && trusted(osd)) {
+    for osd in holders_in_order.filter(|osd| listings.contains_key(osd) && decides(osd)) {
         for &(object, version) in listings[&osd] {
             let entry = authoritative.entry(object).or_insert((version, osd));
             if version > entry.0 {
@@ -178,10 +190,15 @@ pub fn plan(inputs: &Inputs<'_>) -> Decision {
             .map(|(&object, &(version, source))| Need { object, version, source })
             .collect();
         needs.insert(osd, member_needs);
-        if !trusted(&osd) {
+        if !decides(&osd) {
+            let recorded = recorded(&osd);
             let stale: Vec<(ObjectId, u64)> = held
                 .iter()
-                .filter(|(object, version)| authoritative.get(object).is_none_or(|(newest, _)| newest != *version))
+                .filter(|(object, version)| match authoritative.get(object) {
+                    None => true,
+                    Some((newest, _)) if recorded => *version > newest,
+                    Some((newest, _)) => newest != *version,
+                })
                 .map(|(&object, &version)| (object, version))
                 .collect();
             if !stale.is_empty() {
@@ -192,7 +209,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Decision {
 
     let mut others: Vec<u32> = reached.iter().copied().filter(|&osd| osd != primary).collect();
     // Members of a required set first, then fewest needs; placement order among equals.
-    others.sort_by_key(|osd| (!trusted(osd), needs[osd].len()));
+    others.sort_by_key(|osd| (!recorded(osd), needs[osd].len()));
     let mut before_active = vec![primary];
     before_active.extend(others.iter().copied().take(min_size - 1));
     let catching_up = inputs.acting.iter().copied().filter(|osd| !before_active.contains(osd)).collect();
@@ -264,15 +281,29 @@ mod tests {
         let history = History { clean: Some(interval(5, &[1, 2, 3])), intervals: vec![interval(6, &[1, 2])] };
         let lists = listings(&[(1, &[(0, V5), (1, V6 + 1)]), (2, &[(0, V6), (1, V6 + 1)]), (3, &[(0, V5), (2, V5)])]);
         let Decision::Plan(plan) = decide(&[1, 2, 3], 2, &history, &lists) else { panic!("a plan") };
-        assert_eq!(plan.authoritative, BTreeMap::from([(object(0), V6), (object(1), V6 + 1), (object(2), V5)]));
-        assert_eq!(
-            plan.needs[&1],
-            [Need { object: object(0), version: V6, source: 2 }, Need { object: object(2), version: V5, source: 3 }]
-        );
-        assert_eq!(plan.needs[&2], [Need { object: object(2), version: V5, source: 3 }]);
+        // Object 2 is on no member of the latest set: the PG deleted it at epoch 6.
+        assert_eq!(plan.authoritative, BTreeMap::from([(object(0), V6), (object(1), V6 + 1)]));
+        assert_eq!(plan.needs[&1], [Need { object: object(0), version: V6, source: 2 }]);
+        assert_eq!(plan.needs[&2], []);
         assert_eq!(plan.needs[&3].iter().map(|need| need.object).collect::<Vec<_>>(), [object(0), object(1)]);
+        // 3 holds the PG's older version of object 0 (it receives what changed since) and a
+        // copy of object 2, which the PG no longer has.
+        assert_eq!(plan.discard, BTreeMap::from([(3, vec![(object(2), V5)])]));
         assert_eq!(plan.before_active, [1, 2]);
         assert_eq!(plan.catching_up, [3]);
+    }
+
+    #[test]
+    fn a_write_an_older_set_holds_and_the_latest_lacks_was_never_acknowledged() {
+        // Epoch 5 clean on 1 and 4; 1 wrote object 0 at V5 + 1 to 4 alone and stopped, before
+        // acknowledging; epoch 6 served with 3 and 1 (back without it). 4 returns: its copy was
+        // never acknowledged, and the PG served object 0 at V5 since: it must not win now.
+        let history = History { clean: Some(interval(5, &[1, 4])), intervals: vec![interval(6, &[3, 1])] };
+        let lists = listings(&[(3, &[(0, V5)]), (1, &[(0, V5)]), (4, &[(0, V5 + 1)])]);
+        let Decision::Plan(plan) = decide(&[3, 1, 4], 2, &history, &lists) else { panic!("a plan") };
+        assert_eq!(plan.authoritative, BTreeMap::from([(object(0), V5)]));
+        assert_eq!(plan.discard, BTreeMap::from([(4, vec![(object(0), V5 + 1)])]));
+        assert_eq!(plan.needs[&4], [Need { object: object(0), version: V5, source: 3 }]);
     }
 
     #[test]
@@ -438,7 +469,8 @@ mod tests {
             }
             let object = object(u64::from(stripe));
             let complete = self.complete();
-            let covered = self.history.required().any(|set| set.members.iter().all(|osd| complete.contains(osd)));
+            let covered =
+                self.history.required().last().is_some_and(|set| set.members.iter().all(|osd| complete.contains(osd)));
             if acknowledged && !self.recorded && !covered {
                 self.history.intervals.push(Interval { epoch: self.epoch, members: complete });
                 self.recorded = true;
@@ -527,7 +559,9 @@ mod tests {
                     for (osd, needs) in &plan.needs {
                         for need in needs {
                             prop_assert_eq!(lists[&need.source].iter().find(|(object, _)| *object == need.object).map(|entry| entry.1), Some(need.version));
-                            prop_assert!(lists[osd].iter().all(|(object, version)| *object != need.object || *version < need.version));
+                            // Backwards only over a copy discarded first.
+                            let discarded = plan.discard.get(osd).is_some_and(|stale| stale.iter().any(|(object, _)| *object == need.object));
+                            prop_assert!(discarded || lists[osd].iter().all(|(object, version)| *object != need.object || *version < need.version));
                         }
                     }
                 }

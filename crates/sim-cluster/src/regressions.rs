@@ -53,8 +53,10 @@ pub const JOINING_REGRESSIONS: [(u64, &str); 1] = [
 ];
 
 /// Seeds that once failed with snapshots, clones and rollbacks taken, over everything above.
-pub const SNAPSHOT_REGRESSIONS: [(u64, &str); 1] = [
+pub const SNAPSHOT_REGRESSIONS: [(u64, &str); 3] = [
     (25, "a primary whose map did not name a volume's new head yet read it alone, without the layers below: a client read an acknowledged write as zeros"),
+    (562, "a write no one acknowledged, on a member of an older recorded set, won a later peering after the PG had served the object without it: a snapshot's block changed after it was read"),
+    (3195, "the same on another geometry: a snapshot's block read as one write, then as a newer one"),
 ];
 
 /// Every seed above with the options of the stage it was found in.

@@ -267,8 +267,8 @@ impl Osd {
 
         // Copies that count for nothing go first, so no copy lands on top of one.
         for (&member, stale) in &plan.discard {
-            stdx::coverage::mark("peering: copies outside every required set discarded");
-            tracing::info!(osd = self.id, pg = %pg, member, objects = stale.len(), "discarding copies outside every required set");
+            stdx::coverage::mark("peering: copies outside the latest recorded set discarded");
+            tracing::info!(osd = self.id, pg = %pg, member, objects = stale.len(), "discarding copies outside the latest recorded set");
             for &(object, held) in stale {
                 self.still_current(state).map_err(moved)?;
                 self.discard(pg, state.epoch, member, &map, object, held).await.map_err(copy_failed)?;

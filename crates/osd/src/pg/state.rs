@@ -95,16 +95,17 @@ impl Active {
         self.history.required().all(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
     }
 
-    /// Whether the history already finds every write this epoch acknowledges: some set peering
-    /// must already reach is made of complete members (every write reaches each of them, so the
-    /// member of that set peering reaches holds it). Only otherwise does a write cost a record.
+    /// Whether the history already finds every write this epoch acknowledges: the latest set
+    /// it records is made of complete members (every write reaches each of them, so the
+    /// member of that set peering reaches holds it; peering trusts only that set's copies,
+    /// `cluster::peering`). Only otherwise does a write cost a record.
     /// Being clean in memory is not enough: until the clean record is written, the history
     /// may name only older sets, whose members outside the acting set miss this epoch's writes
     /// (and a clean record can wait, the store cut off, while the lease still runs). Nor is an
     /// interval recorded earlier in this epoch by itself: after peering again at the same epoch
     /// (a member restarted) one of its members may be catching up, and writes skip it.
     pub(crate) fn recorded(&self) -> bool {
-        self.history.required().any(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
+        self.history.required().last().is_some_and(|set| set.members.iter().all(|&osd| self.is_complete(osd)))
     }
 
     /// The history with this epoch's complete members appended: the members every write of
