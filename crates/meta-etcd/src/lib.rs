@@ -3,9 +3,16 @@
 //! This is the production backend: etcd provides the consensus, so the metadata of a real
 //! cluster survives the loss of a minority of etcd members. The trait's model is etcd's, so the
 //! mapping is direct; what this crate adds is error mapping (gRPC statuses to `MetaError`),
-//! bounded waits on every unary call, paginated listings at one revision, watch streams that
-//! end with an explicit error when the connection breaks, and one lease keep-alive stream per
-//! lease, reused across `lease_keep_alive` calls.
+//! failover between the members it was given (`members.rs`: a request that meets a dead, hung
+//! or cut-off member is retried on the next within [`REQUEST_TIMEOUT`], and that member is
+//! passed over for a while), bounded waits on every unary call, paginated listings at one
+//! revision, watch streams that end with an explicit error when the connection breaks, and one
+//! lease keep-alive stream per lease, reused across `lease_keep_alive` calls.
+//!
+//! Every request is retried on another member after a failure to answer, writes too: a
+//! transaction a silent member applied before it hung is then seen by the retry's compares,
+//! which fail, and every caller of `txn` compares and re-reads on a failed compare; a put or a
+//! delete applied twice leaves the same state.
 //!
 //! The gRPC stubs (`etcdserverpb.rs`) are generated from `proto/etcd.proto`, the part of etcd's
 //! API Basalt uses, and checked in, so that building needs no protobuf compiler (ADR 0014);
@@ -16,6 +23,7 @@
 //! whatever the backend, so the recovery path is one path and it is exercised.
 
 mod convert;
+mod members;
 mod watch;
 
 /// The generated messages and clients of `proto/etcd.proto`.
@@ -32,7 +40,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use meta::{LeaseId, Listing, MetaError, MetaStore, Txn, TxnOp, TxnResponse, WatchStream};
 use tokio::sync::mpsc;
-use tokio::time::timeout;
+use tokio::time::{timeout, timeout_at, Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::InterceptedService;
 use tonic::metadata::MetadataValue;
@@ -44,8 +52,14 @@ use etcdserverpb::kv_client::KvClient;
 use etcdserverpb::lease_client::LeaseClient;
 use etcdserverpb::watch_client::WatchClient;
 
-/// How long a unary call may take before it fails with `MetaError::Unavailable`.
+/// How long a unary call may take, over every member it is tried on, before it fails with
+/// `MetaError::Unavailable`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one member may take to answer before the request goes to the next: a request
+/// takes milliseconds; a member silent this long is hung or cut off.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The pause before trying again once every member has failed to answer.
+const ALL_FAILED_PAUSE: Duration = Duration::from_millis(200);
 /// How long connecting to an endpoint may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 keep-alive: a silent connection is declared dead after about twice this.
@@ -63,82 +77,128 @@ fn require_leader(mut request: tonic::Request<()>) -> Result<tonic::Request<()>,
     Ok(request)
 }
 
+/// For [`EtcdMetaStore::call`]: a call of `method` on a member's `client` with a copy of
+/// `request`, once per attempt.
+macro_rules! on_member {
+    ($client:ident . $method:ident ($request:expr)) => {
+        |clients: Clients| {
+            let request = $request.clone();
+            let mut client = clients.$client;
+            async move { client.$method(request).await }
+        }
+    };
+}
+
 /// A client of an etcd cluster.
 pub struct EtcdMetaStore {
-    kv: KvClient<Transport>,
-    watch: WatchClient<Transport>,
-    lease: LeaseClient<Transport>,
+    /// One connection per member, in the order given.
+    clients: Vec<Clients>,
+    members: members::Members,
     endpoint: String,
     /// One keep-alive stream per lease, created on the first keep-alive.
     keepers: Mutex<HashMap<LeaseId, Arc<tokio::sync::Mutex<Option<Keeper>>>>>,
 }
 
+/// The gRPC clients of one member.
+#[derive(Clone)]
+struct Clients {
+    url: String,
+    kv: KvClient<Transport>,
+    watch: WatchClient<Transport>,
+    lease: LeaseClient<Transport>,
+}
+
 /// One lease's keep-alive stream: a request sent on `requests` is answered on `responses`.
 struct Keeper {
+    /// The member it runs on.
+    member: usize,
     requests: mpsc::Sender<pb::LeaseKeepAliveRequest>,
     responses: tonic::Streaming<pb::LeaseKeepAliveResponse>,
 }
 
 impl EtcdMetaStore {
     /// Connects to the etcd cluster at `endpoints` (`http://host:port` or `host:port`) and
-    /// checks that it answers. Requests are spread over the endpoints that answer.
+    /// checks that one of them answers. Requests go to one member at a time (`members.rs`).
     pub async fn connect(endpoints: &[String]) -> Result<EtcdMetaStore, MetaError> {
         let endpoint = endpoints.join(",");
         if endpoints.is_empty() {
             return Err(MetaError::unavailable(endpoint, "no etcd endpoint given"));
         }
-        let mut targets = Vec::with_capacity(endpoints.len());
+        let interceptor: fn(tonic::Request<()>) -> Result<tonic::Request<()>, Status> = require_leader;
+        let mut clients = Vec::with_capacity(endpoints.len());
         for url in endpoints {
             let url = if url.contains("://") { url.clone() } else { format!("http://{url}") };
-            let target = Endpoint::from_shared(url.clone())
+            let channel = Endpoint::from_shared(url.clone())
                 .map_err(|error| MetaError::unavailable(endpoint.clone(), format!("{url:?} is not a URL: {error}")))?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
                 .keep_alive_timeout(KEEP_ALIVE_INTERVAL)
-                .keep_alive_while_idle(true);
-            targets.push(target);
+                .keep_alive_while_idle(true)
+                .connect_lazy();
+            clients.push(Clients {
+                url,
+                kv: KvClient::with_interceptor(channel.clone(), interceptor),
+                watch: WatchClient::with_interceptor(channel.clone(), interceptor),
+                lease: LeaseClient::with_interceptor(channel, interceptor),
+            });
         }
-        let channel = Channel::balance_list(targets.into_iter());
-        let interceptor: fn(tonic::Request<()>) -> Result<tonic::Request<()>, Status> = require_leader;
-        let store = EtcdMetaStore {
-            kv: KvClient::with_interceptor(channel.clone(), interceptor),
-            watch: WatchClient::with_interceptor(channel.clone(), interceptor),
-            lease: LeaseClient::with_interceptor(channel, interceptor),
-            endpoint,
-            keepers: Mutex::new(HashMap::new()),
-        };
+        let members = members::Members::new(clients.len());
+        let store = EtcdMetaStore { clients, members, endpoint, keepers: Mutex::new(HashMap::new()) };
         store.current_revision().await?;
         Ok(store)
     }
 
-    /// Runs one call with the request timeout and maps its error.
-    async fn call<T>(
-        &self,
-        key: &str,
-        lease: Option<LeaseId>,
-        call: impl Future<Output = Result<T, Status>>,
-    ) -> Result<T, MetaError> {
-        match timeout(REQUEST_TIMEOUT, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(status)) => Err(self.map_status(key, lease, &status)),
-            Err(_) => Err(MetaError::unavailable(
-                self.endpoint.clone(),
-                format!("no answer within {REQUEST_TIMEOUT:?} to a request on key {key:?}"),
-            )),
+    /// Runs `call` on one member after another until one answers, each attempt bounded by
+    /// [`ATTEMPT_TIMEOUT`] and all of them by [`REQUEST_TIMEOUT`]; maps the error. An answer
+    /// that is a refusal (a failed compare, a missing lease) is returned as is: only a member
+    /// that did not answer is passed over.
+    async fn call<T, F, Fut>(&self, key: &str, lease: Option<LeaseId>, call: F) -> Result<T, MetaError>
+    where
+        F: Fn(Clients) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            let member = self.members.pick();
+            let attempt_deadline = deadline.min(Instant::now() + ATTEMPT_TIMEOUT);
+            let error = match timeout_at(attempt_deadline, call(self.clients[member].clone())).await {
+                Ok(Ok(value)) => {
+                    self.members.answered(member);
+                    return Ok(value);
+                }
+                Ok(Err(status)) => match self.map_status(member, key, lease, &status) {
+                    error @ MetaError::Unavailable { .. } => error,
+                    refusal => {
+                        self.members.answered(member);
+                        return Err(refusal);
+                    }
+                },
+                Err(_) => MetaError::unavailable(
+                    self.clients[member].url.clone(),
+                    format!("no answer within {ATTEMPT_TIMEOUT:?} to a request on key {key:?}"),
+                ),
+            };
+            self.members.failed(member);
+            tracing::debug!(%error, member = %self.clients[member].url, "etcd member did not answer; trying the next");
+            if Instant::now() >= deadline {
+                return Err(error);
+            }
+            if self.members.all_set_aside() {
+                tokio::time::sleep_until(deadline.min(Instant::now() + ALL_FAILED_PAUSE)).await;
+            }
         }
     }
 
     /// Runs one unary call and returns its message.
-    async fn unary<T>(
-        &self,
-        key: &str,
-        lease: Option<LeaseId>,
-        call: impl Future<Output = Result<tonic::Response<T>, Status>>,
-    ) -> Result<T, MetaError> {
+    async fn unary<T, F, Fut>(&self, key: &str, lease: Option<LeaseId>, call: F) -> Result<T, MetaError>
+    where
+        F: Fn(Clients) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
         Ok(self.call(key, lease, call).await?.into_inner())
     }
 
-    fn map_status(&self, key: &str, lease: Option<LeaseId>, status: &Status) -> MetaError {
+    fn map_status(&self, member: usize, key: &str, lease: Option<LeaseId>, status: &Status) -> MetaError {
         let message = status.message();
         if message.contains("requested lease not found") {
             if let Some(lease) = lease {
@@ -146,9 +206,10 @@ impl EtcdMetaStore {
             }
         }
         match status.code() {
-            // No answer rather than a refusal; transport failures arrive as these too.
+            // No answer rather than a refusal; transport failures and a member without a
+            // leader (`hasleader`) arrive as these too.
             Code::Cancelled | Code::Unknown | Code::DeadlineExceeded | Code::Unavailable => {
-                MetaError::unavailable(self.endpoint.clone(), format!("{message} ({:?})", status.code()))
+                MetaError::unavailable(self.clients[member].url.clone(), format!("{message} ({:?})", status.code()))
             }
             _ => MetaError::other(key, message),
         }
@@ -157,7 +218,7 @@ impl EtcdMetaStore {
     /// The cluster's current revision, from a read of one key.
     async fn current_revision(&self) -> Result<i64, MetaError> {
         let request = pb::RangeRequest { key: vec![0], count_only: true, ..Default::default() };
-        let response = self.unary("", None, self.kv.clone().range(request)).await?;
+        let response = self.unary("", None, on_member!(kv.range(request))).await?;
         Ok(revision(response.header.as_ref()))
     }
 
@@ -169,14 +230,15 @@ impl EtcdMetaStore {
         self.keepers.lock().expect("keepers lock").remove(&lease);
     }
 
-    /// Opens a keep-alive stream for `lease` with its first renewal already sent: etcd
-    /// answers the stream's headers only with its first response.
-    async fn open_keeper(&self, lease: LeaseId) -> Result<Keeper, Status> {
+    /// Opens a keep-alive stream for `lease` on `member` with its first renewal already sent:
+    /// etcd answers the stream's headers only with its first response.
+    async fn open_keeper(&self, member: usize, lease: LeaseId) -> Result<Keeper, Status> {
         // One renewal is outstanding at a time (the slot's lock serialises them).
         let (requests, receiver) = mpsc::channel(1);
         requests.try_send(pb::LeaseKeepAliveRequest { id: lease.0 }).expect("a new channel has room for one request");
-        let responses = self.lease.clone().lease_keep_alive(ReceiverStream::new(receiver)).await?.into_inner();
-        Ok(Keeper { requests, responses })
+        let mut client = self.clients[member].lease.clone();
+        let responses = client.lease_keep_alive(ReceiverStream::new(receiver)).await?.into_inner();
+        Ok(Keeper { member, requests, responses })
     }
 }
 
@@ -193,19 +255,19 @@ impl MetaStore for EtcdMetaStore {
 
     async fn get(&self, key: &str) -> Result<Option<meta::KeyValue>, MetaError> {
         let request = pb::RangeRequest { key: key.as_bytes().to_vec(), ..Default::default() };
-        let response = self.unary(key, None, self.kv.clone().range(request)).await?;
+        let response = self.unary(key, None, on_member!(kv.range(request))).await?;
         response.kvs.into_iter().next().map(convert::key_value).transpose()
     }
 
     async fn put(&self, key: &str, value: Vec<u8>, lease: Option<LeaseId>) -> Result<i64, MetaError> {
         let request = pb::PutRequest { key: key.as_bytes().to_vec(), value, lease: lease.map_or(0, |lease| lease.0) };
-        let response = self.unary(key, lease, self.kv.clone().put(request)).await?;
+        let response = self.unary(key, lease, on_member!(kv.put(request))).await?;
         Ok(revision(response.header.as_ref()))
     }
 
     async fn delete(&self, key: &str) -> Result<bool, MetaError> {
         let request = pb::DeleteRangeRequest { key: key.as_bytes().to_vec(), range_end: Vec::new() };
-        let response = self.unary(key, None, self.kv.clone().delete_range(request)).await?;
+        let response = self.unary(key, None, on_member!(kv.delete_range(request))).await?;
         Ok(response.deleted > 0)
     }
 
@@ -223,7 +285,7 @@ impl MetaStore for EtcdMetaStore {
                 revision,
                 ..Default::default()
             };
-            let response = self.unary(prefix, None, self.kv.clone().range(request)).await?;
+            let response = self.unary(prefix, None, on_member!(kv.range(request))).await?;
             if revision == 0 {
                 revision = self::revision(response.header.as_ref());
             }
@@ -258,7 +320,7 @@ impl MetaStore for EtcdMetaStore {
             success: txn.success.iter().map(convert::request_op).collect(),
             failure: txn.failure.iter().map(convert::request_op).collect(),
         };
-        let response = self.unary(&key, lease, self.kv.clone().txn(request)).await?;
+        let response = self.unary(&key, lease, on_member!(kv.txn(request))).await?;
         let revision = revision(response.header.as_ref());
         let results =
             response.responses.into_iter().map(|op| convert::op_result(op, &key)).collect::<Result<Vec<_>, _>>()?;
@@ -277,7 +339,7 @@ impl MetaStore for EtcdMetaStore {
 
     async fn compact(&self, revision: i64) -> Result<(), MetaError> {
         let request = pb::CompactionRequest { revision, physical: false };
-        match self.unary("", None, self.kv.clone().compact(request)).await {
+        match self.unary("", None, on_member!(kv.compact(request))).await {
             Ok(_) => Ok(()),
             Err(MetaError::Other { reason, .. }) if reason.contains("required revision has been compacted") => Ok(()),
             Err(error) => Err(error),
@@ -287,7 +349,7 @@ impl MetaStore for EtcdMetaStore {
     async fn lease_grant(&self, ttl_s: u64) -> Result<LeaseId, MetaError> {
         let ttl = i64::try_from(ttl_s.max(1)).unwrap_or(i64::MAX);
         let request = pb::LeaseGrantRequest { ttl, id: 0 };
-        let response = self.unary("", None, self.lease.clone().lease_grant(request)).await?;
+        let response = self.unary("", None, on_member!(lease.lease_grant(request))).await?;
         if !response.error.is_empty() {
             return Err(MetaError::other("", format!("etcd refused a lease: {}", response.error)));
         }
@@ -297,56 +359,75 @@ impl MetaStore for EtcdMetaStore {
     async fn lease_keep_alive(&self, lease: LeaseId) -> Result<u64, MetaError> {
         let slot = self.keeper_slot(lease);
         let mut slot = slot.lock().await;
-        // A stream broken by a reconnect is replaced once.
-        for attempt in 0..2 {
-            let mut sent = false;
-            if slot.is_none() {
-                match self.call("", Some(lease), self.open_keeper(lease)).await {
-                    Ok(keeper) => {
-                        *slot = Some(keeper);
-                        sent = true;
-                    }
-                    Err(error) => {
-                        self.forget_keeper(lease);
-                        return Err(error);
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        // A stream on a member that stops answering is opened again on the next member.
+        loop {
+            let (member, outcome) = match slot.as_mut() {
+                Some(keeper) => {
+                    let member = keeper.member;
+                    let renewal = async {
+                        if keeper.requests.send(pb::LeaseKeepAliveRequest { id: lease.0 }).await.is_err() {
+                            return Err(Status::unavailable("the lease keep-alive stream ended"));
+                        }
+                        keeper.responses.message().await
+                    };
+                    (member, timeout(ATTEMPT_TIMEOUT, renewal).await)
+                }
+                None => {
+                    let member = self.members.pick();
+                    match timeout(ATTEMPT_TIMEOUT, self.open_keeper(member, lease)).await {
+                        Ok(Ok(keeper)) => {
+                            let keeper = slot.insert(keeper);
+                            (member, timeout(ATTEMPT_TIMEOUT, keeper.responses.message()).await)
+                        }
+                        Ok(Err(status)) => (member, Ok(Err(status))),
+                        Err(elapsed) => (member, Err(elapsed)),
                     }
                 }
-            }
-            let keeper = slot.as_mut().expect("set above");
-            let renewal = async {
-                if !sent && keeper.requests.send(pb::LeaseKeepAliveRequest { id: lease.0 }).await.is_err() {
-                    return Err(Status::unavailable("the lease keep-alive stream ended"));
-                }
-                keeper.responses.message().await
             };
-            match self.call("", Some(lease), renewal).await {
-                Ok(Some(response)) if response.ttl > 0 => return Ok(u64::try_from(response.ttl).unwrap_or(0)),
-                Ok(Some(_)) => {
+            let error = match outcome {
+                Ok(Ok(Some(response))) if response.ttl > 0 => {
+                    self.members.answered(member);
+                    return Ok(u64::try_from(response.ttl).unwrap_or(0));
+                }
+                Ok(Ok(Some(_))) => {
                     *slot = None;
                     self.forget_keeper(lease);
                     return Err(MetaError::LeaseExpired { lease });
                 }
-                Ok(None) | Err(MetaError::Unavailable { .. }) if attempt == 0 => *slot = None,
-                Ok(None) => {
-                    *slot = None;
-                    return Err(MetaError::unavailable(
-                        self.endpoint.clone(),
-                        "etcd closed the lease keep-alive stream",
-                    ));
+                Ok(Ok(None)) => {
+                    MetaError::unavailable(self.clients[member].url.clone(), "etcd closed the lease keep-alive stream")
                 }
-                Err(error) => {
-                    *slot = None;
-                    return Err(error);
-                }
+                Ok(Err(status)) => match self.map_status(member, "", Some(lease), &status) {
+                    error @ MetaError::Unavailable { .. } => error,
+                    refusal => {
+                        *slot = None;
+                        self.forget_keeper(lease);
+                        return Err(refusal);
+                    }
+                },
+                Err(_) => MetaError::unavailable(
+                    self.clients[member].url.clone(),
+                    format!("no answer within {ATTEMPT_TIMEOUT:?} to a lease keep-alive"),
+                ),
+            };
+            *slot = None;
+            self.members.failed(member);
+            tracing::debug!(%error, member = %self.clients[member].url, "etcd member did not renew a lease; trying the next");
+            if Instant::now() >= deadline {
+                self.forget_keeper(lease);
+                return Err(error);
+            }
+            if self.members.all_set_aside() {
+                tokio::time::sleep_until(deadline.min(Instant::now() + ALL_FAILED_PAUSE)).await;
             }
         }
-        unreachable!("the second attempt always returns")
     }
 
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), MetaError> {
         self.forget_keeper(lease);
         let request = pb::LeaseRevokeRequest { id: lease.0 };
-        self.unary("", Some(lease), self.lease.clone().lease_revoke(request)).await?;
+        self.unary("", Some(lease), on_member!(lease.lease_revoke(request))).await?;
         Ok(())
     }
 }

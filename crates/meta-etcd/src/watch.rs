@@ -4,6 +4,7 @@
 use meta::{watch_channel, MetaError, WatchSender, WatchStream};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
 
 use crate::etcdserverpb::{self as pb, watch_request};
 use crate::{convert, EtcdMetaStore};
@@ -15,14 +16,21 @@ pub(crate) async fn start(store: &EtcdMetaStore, prefix: &str, start_revision: i
     let key = if prefix.is_empty() { vec![0] } else { prefix.as_bytes().to_vec() };
     let create =
         pb::WatchCreateRequest { key, range_end: convert::prefix_range_end(prefix.as_bytes()), start_revision };
-    let (requests, receiver) = mpsc::channel(1);
-    requests
-        .try_send(pb::WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) })
-        .expect("a new channel has room for one request");
-    let mut responses = store.unary(prefix, None, store.watch.clone().watch(ReceiverStream::new(receiver))).await?;
-    let created = store.call(prefix, None, responses.message()).await?.ok_or_else(|| {
-        MetaError::unavailable(store.endpoint.clone(), format!("etcd closed the new watch on prefix {prefix:?}"))
-    })?;
+    let request = pb::WatchRequest { request_union: Some(watch_request::RequestUnion::CreateRequest(create)) };
+    // Opened on one member after another until one confirms it (`EtcdMetaStore::call`).
+    let (created, responses, requests) = store
+        .call(prefix, None, |mut clients| {
+            let request = request.clone();
+            async move {
+                let (requests, receiver) = mpsc::channel(1);
+                requests.try_send(request).expect("a new channel has room for one request");
+                let mut responses = clients.watch.watch(ReceiverStream::new(receiver)).await?.into_inner();
+                let created =
+                    responses.message().await?.ok_or_else(|| Status::unavailable("etcd closed the new watch"))?;
+                Ok((created, responses, requests))
+            }
+        })
+        .await?;
     if created.canceled {
         if created.compact_revision > 0 {
             return Err(MetaError::Compacted {

@@ -179,6 +179,56 @@ impl Etcd {
             })
     }
 
+    /// Starts an etcd cluster of one member on each of `ips` (client port 2379, peer port
+    /// 2380, data under `dir`) and waits until each accepts connections.
+    pub fn start_cluster(ips: &[&str], dir: &Path) -> Vec<Etcd> {
+        let peers: Vec<String> =
+            ips.iter().enumerate().map(|(index, ip)| format!("m{index}=http://{ip}:2380")).collect();
+        let mut members: Vec<Etcd> =
+            (0..ips.len()).map(|index| Etcd::start_member(ips, &peers, index, dir, false)).collect();
+        for (member, ip) in members.iter_mut().zip(ips) {
+            member.wait_for_clients(&format!("{ip}:2379"));
+        }
+        members
+    }
+
+    /// Starts member `index` of the cluster [`Etcd::start_cluster`] made (again, on its data,
+    /// after it was killed) and waits until it accepts connections.
+    pub fn restart_member(ips: &[&str], index: usize, dir: &Path) -> Etcd {
+        let peers: Vec<String> =
+            ips.iter().enumerate().map(|(index, ip)| format!("m{index}=http://{ip}:2380")).collect();
+        Etcd::start_member(ips, &peers, index, dir, true)
+    }
+
+    fn start_member(ips: &[&str], peers: &[String], index: usize, dir: &Path, wait: bool) -> Etcd {
+        let ip = ips[index];
+        let (client_url, peer_url) = (format!("http://{ip}:2379"), format!("http://{ip}:2380"));
+        let member_dir = dir.join(format!("etcd-m{index}"));
+        std::fs::create_dir_all(&member_dir).expect("a member's directory");
+        let proc = Proc::spawn(
+            &format!("etcd-m{index}"),
+            &member_dir,
+            Command::new(Etcd::binary())
+                .args(["--name", &format!("m{index}"), "--data-dir"])
+                .arg(member_dir.join("data"))
+                .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &peers.join(","), "--initial-cluster-state", "new"]),
+        );
+        let mut etcd = Etcd { proc, endpoint: client_url };
+        if wait {
+            etcd.wait_for_clients(&format!("{ip}:2379"));
+        }
+        etcd
+    }
+
+    fn wait_for_clients(&mut self, address: &str) {
+        wait_until(Duration::from_secs(30), "etcd to accept connections", || {
+            self.proc.assert_running();
+            std::net::TcpStream::connect(address).ok()
+        });
+    }
+
     /// Starts etcd and waits until its client port accepts connections.
     pub fn start(ip: &str, client_port: u16, peer_port: u16, dir: &Path) -> Etcd {
         let client_url = format!("http://{ip}:{client_port}");
