@@ -55,6 +55,10 @@ impl Osd {
         length_bytes: u32,
     ) -> Result<Response, OpError> {
         let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
+        // What a client reads must survive the next peering as a write it saw acknowledged
+        // would: the versions this peering took are on every complete member, and recorded
+        // they are what the next peering trusts (`cluster::peering`).
+        self.ensure_recorded(&state).await?;
         let below = self.layers_below(object);
         if below.is_empty() {
             let head = self.read_repairing(&state, object, offset_bytes, length_bytes).await?;
@@ -133,8 +137,14 @@ impl Osd {
     }
 
     /// Whether the object, or a layer below it that shows through, holds data.
-    pub(crate) async fn primary_stat(&self, pg: PgId, epoch: u64, object: ObjectId) -> Result<Response, OpError> {
+    pub(crate) async fn primary_stat(
+        self: &Rc<Self>,
+        pg: PgId,
+        epoch: u64,
+        object: ObjectId,
+    ) -> Result<Response, OpError> {
         let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
+        self.ensure_recorded(&state).await?;
         let _object = self.locks.read(object).await;
         self.still_primary(pg, epoch)?;
         self.still_active(&state)?;
