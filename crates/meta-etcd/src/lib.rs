@@ -178,15 +178,22 @@ impl EtcdMetaStore {
                     format!("no answer within {ATTEMPT_TIMEOUT:?} to a request on key {key:?}"),
                 ),
             };
-            self.members.failed(member);
-            tracing::debug!(%error, member = %self.clients[member].url, "etcd member did not answer; trying the next");
-            if Instant::now() >= deadline {
-                return Err(error);
-            }
-            if self.members.all_set_aside() {
-                tokio::time::sleep_until(deadline.min(Instant::now() + ALL_FAILED_PAUSE)).await;
-            }
+            self.next_member(member, error, deadline).await?;
         }
+    }
+
+    /// Passes over `member`, which did not answer (with `error`); the error once `deadline`
+    /// has passed, else after a pause if every member is passed over.
+    async fn next_member(&self, member: usize, error: MetaError, deadline: Instant) -> Result<(), MetaError> {
+        self.members.failed(member);
+        tracing::debug!(%error, member = %self.clients[member].url, "etcd member did not answer; trying the next");
+        if Instant::now() >= deadline {
+            return Err(error);
+        }
+        if self.members.all_set_aside() {
+            tokio::time::sleep_until(deadline.min(Instant::now() + ALL_FAILED_PAUSE)).await;
+        }
+        Ok(())
     }
 
     /// Runs one unary call and returns its message.
@@ -412,14 +419,9 @@ impl MetaStore for EtcdMetaStore {
                 ),
             };
             *slot = None;
-            self.members.failed(member);
-            tracing::debug!(%error, member = %self.clients[member].url, "etcd member did not renew a lease; trying the next");
-            if Instant::now() >= deadline {
+            if let Err(error) = self.next_member(member, error, deadline).await {
                 self.forget_keeper(lease);
                 return Err(error);
-            }
-            if self.members.all_set_aside() {
-                tokio::time::sleep_until(deadline.min(Instant::now() + ALL_FAILED_PAUSE)).await;
             }
         }
     }
