@@ -163,20 +163,17 @@ async fn seal_loop(shared: &Shared, watcher: &MapWatcher) -> Result<TermEnd, Met
     let mut receiver = watcher.subscribe();
     // A head sealing when a term starts was left by the mon before (or by an API call still
     // running, which sealing again does not harm): sealed at once.
-    let mut term_start = true;
+    let mut next_wait = Duration::ZERO;
     loop {
         let map = receiver.borrow_and_update().clone();
         let sealing = map.volumes.values().any(|volume| volume.sealing);
+        let wait = std::mem::replace(&mut next_wait, SEAL_LEFTOVER_AFTER);
         if sealing {
-            if !term_start {
-                tokio::time::sleep(SEAL_LEFTOVER_AFTER).await;
-            }
-            term_start = false;
+            tokio::time::sleep(wait).await;
             let map = cluster_watch::load(store).await?;
             crate::seal::seal_leftovers(store, &map).await;
             continue;
         }
-        term_start = false;
         if receiver.changed().await.is_err() {
             return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));
         }
