@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A long campaign of the whole-cluster simulation (crates/sim-cluster, ADR 0020): SEEDS seeds
-# from FIRST, each run twice (their traces must hash alike), with faults drawn from the seed.
+# from FIRST, each run twice (their traces must hash alike; ONCE=1 runs each once, for twice the
+# seeds in a sitting), with faults drawn from the seed.
 # The range is split among JOBS processes (default: one per core), each stopping at its first
 # failing seed and printing the command that replays it. Reports seeds per second; the logs
 # are kept in LOGS (default target/sim-soak).
@@ -19,6 +20,11 @@ mkdir -p "$logs"
 cargo test -p sim-cluster --test seeds --no-run >&2
 binary=$(cargo test -p sim-cluster --test seeds --no-run --message-format=json 2>/dev/null |
     jq -r 'select(.executable != null and .target.name == "seeds") | .executable' | tail -1)
+runs=twice
+if [[ -n ${ONCE:-} ]]; then
+    export BASALT_SIM_ONCE=1
+    runs=once
+fi
 started=$(date +%s.%N)
 chunk=$(((seeds + jobs - 1) / jobs))
 pids=()
@@ -44,5 +50,5 @@ if ((failed)); then
     echo "sim-soak: FAILED after $(printf '%.0f' "$seconds") s" >&2
     exit 1
 fi
-printf 'sim-soak: seeds %d to %d passed in %.0f s: %.1f seeds/s (each run twice, %d jobs)\n' \
-    "$first" "$((first + seeds - 1))" "$seconds" "$(echo "$seeds / $seconds" | bc -l)" "${#pids[@]}"
+printf 'sim-soak: seeds %d to %d passed in %.0f s: %.1f seeds/s (each run %s, %d jobs)\n' \
+    "$first" "$((first + seeds - 1))" "$seconds" "$(echo "$seeds / $seconds" | bc -l)" "$runs" "${#pids[@]}"

@@ -289,18 +289,24 @@ fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
     command + " cargo test -p sim-cluster --test seeds"
 }
 
-/// Runs `seed` twice: both runs must pass and leave the same trace. The error names the
-/// violations with the trace's last lines, or where the two runs parted, and the replay command.
-pub fn run_twice(seed: u64, options: &SimOptions) -> Result<Outcome, String> {
-    let first = run(seed, options);
-    if !first.passed() {
+/// Runs `seed` once: its violations and the tail of its trace if it broke a check.
+pub fn run_once(seed: u64, options: &SimOptions) -> Result<Outcome, String> {
+    let outcome = run(seed, options);
+    if !outcome.passed() {
         return Err(format!(
             "seed {seed} failed: {:#?}\n{}\nreplay: {}",
-            first.violations,
-            first.trace.tail(60).join("\n"),
+            outcome.violations,
+            outcome.trace.tail(60).join("\n"),
             replay_command(seed, options)
         ));
     }
+    Ok(outcome)
+}
+
+/// Runs `seed` twice: both runs must pass and leave the same trace. The error names the
+/// violations with the trace's last lines, or where the two runs parted, and the replay command.
+pub fn run_twice(seed: u64, options: &SimOptions) -> Result<Outcome, String> {
+    let first = run_once(seed, options)?;
     let second = run(seed, options);
     if first.trace.hash() != second.trace.hash() {
         let (a, b) = (first.trace.lines(), second.trace.lines());
