@@ -6,6 +6,10 @@
 //! or the mon revoked it), or it registers again: either way it acknowledges nothing it
 //! admitted before. Sealing is idempotent, so the API call that took the snapshot and a new
 //! leader finishing a head left unsealed may both do it.
+//!
+//! Once every OSD confirmed, the mon tells them the head is sealed (wire op Sealed) while it
+//! commits the seal: the writes the OSDs hold for the head go on without waiting for that
+//! commit and the map that carries it. An OSD the word does not reach learns it from the map.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,36 +24,52 @@ use crate::admin::{self, AdminError};
 const BARRIER_TIMEOUT: Duration = Duration::from_secs(2);
 /// The pause between rounds while some OSD has not confirmed.
 const ROUND_PAUSE: Duration = Duration::from_millis(50);
+/// How long the word that a head is sealed may take to one OSD; one that misses it learns it
+/// from the map.
+const SEALED_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Waits until every OSD live in a map of `revision` or later confirmed the Barrier of
 /// `revision` or lost its lease, then clears the `sealing` flag of volume `name` if its head is
 /// still `head`. Returns whether this call cleared it.
 pub async fn seal(store: &dyn MetaStore, name: &str, head: u64, revision: i64) -> Result<bool, AdminError> {
-    confirm_map(store, revision).await?;
-    admin::update_volume(store, name, |volume| {
+    let map = confirm_map(store, revision).await?;
+    let commit = admin::update_volume(store, name, |volume| {
         let ours = volume.id == head && volume.sealing;
         if ours {
             volume.sealing = false;
         }
         Ok(ours)
-    })
-    .await
-    .map(|volume| volume.id == head && !volume.sealing)
+    });
+    let (committed, ()) = tokio::join!(commit, tell_sealed(&map, head));
+    committed.map(|volume| volume.id == head && !volume.sealing)
+}
+
+/// Tells every OSD live in `map` that `head` is sealed; one that does not answer in time
+/// learns it from the map.
+async fn tell_sealed(map: &ClusterMap, head: u64) {
+    let addresses = map.live.keys().filter_map(|&osd| map.address(osd).map(|address| (osd, address.to_string())));
+    futures_util::future::join_all(addresses.map(|(osd, address)| async move {
+        let told = tokio::time::timeout(SEALED_TIMEOUT, call(&address, wire::Request::Sealed { inode: head })).await;
+        if !matches!(told, Ok(Ok(wire::Response::Sealed))) {
+            tracing::debug!(osd, head, ?told, "an osd missed the word that a head is sealed");
+        }
+    }))
+    .await;
 }
 
 /// Waits until every OSD live in a map of `revision` or later has applied that map and
 /// finished the client writes it admitted under older ones (wire op Barrier), or lost its
 /// lease, or registered again (a new incarnation starts from a newer map). The seal of a
 /// snapshot waits for it, and so does the removal of a layer, whose trims delete only at an
-/// OSD that knows the layer is being removed.
-pub async fn confirm_map(store: &dyn MetaStore, revision: i64) -> Result<(), AdminError> {
+/// OSD that knows the layer is being removed. Returns the map it last loaded.
+pub async fn confirm_map(store: &dyn MetaStore, revision: i64) -> Result<ClusterMap, AdminError> {
     let mut map = loaded_at(store, revision).await?;
     let mut pending: BTreeMap<u32, i64> = map.live.iter().map(|(&osd, live)| (osd, live.incarnation)).collect();
     loop {
         // Gone from the map, or registered again since: it acknowledges nothing admitted before.
         pending.retain(|osd, incarnation| map.live.get(osd).is_some_and(|live| live.incarnation == *incarnation));
         if pending.is_empty() {
-            return Ok(());
+            return Ok(map);
         }
         let asks = pending.keys().filter_map(|&osd| map.address(osd).map(|address| (osd, address.to_string())));
         let answers = futures_util::future::join_all(asks.map(|(osd, address)| async move {
@@ -63,7 +83,7 @@ pub async fn confirm_map(store: &dyn MetaStore, revision: i64) -> Result<(), Adm
             }
         }
         if pending.is_empty() {
-            return Ok(());
+            return Ok(map);
         }
         tracing::debug!(revision, ?pending, "waiting for osds to confirm a map");
         tokio::time::sleep(ROUND_PAUSE).await;
@@ -103,10 +123,13 @@ async fn loaded_at(store: &dyn MetaStore, revision: i64) -> Result<ClusterMap, A
 }
 
 async fn barrier(address: &str, revision: i64) -> Result<(), String> {
-    let connection = net::connect(address).await.map_err(|error| error.to_string())?;
-    let request = wire::Request::Barrier { revision: u64::try_from(revision).unwrap_or(0) };
-    match connection.call(0, request).await.map_err(|error| error.to_string())?.response {
+    match call(address, wire::Request::Barrier { revision: u64::try_from(revision).unwrap_or(0) }).await? {
         wire::Response::Barrier => Ok(()),
         other => Err(format!("answered {other:?}")),
     }
+}
+
+async fn call(address: &str, request: wire::Request) -> Result<wire::Response, String> {
+    let connection = net::connect(address).await.map_err(|error| error.to_string())?;
+    Ok(connection.call(0, request).await.map_err(|error| error.to_string())?.response)
 }

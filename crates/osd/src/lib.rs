@@ -11,7 +11,7 @@
 //!
 //! - `registration.rs`: the OSD id and the `/basalt/osd/<id>` record.
 //! - `liveness.rs`: the leased liveness key, renewal, and fencing.
-//! - `ops/`: the requests, by role: `admission.rs` (may this OSD serve it: pure), `primary.rs`, `layers.rs` (reads through a chain of snapshots, writes refused to frozen layers), `secondary.rs`, `connection.rs` (Flush order); `locks.rs`: per-object queues; `barrier.rs`: client writes by the map that admitted them, for a snapshot's seal.
+//! - `ops/`: the requests, by role: `admission.rs` (may this OSD serve it: pure), `primary.rs`, `layers.rs` (reads through a chain of snapshots, writes refused to frozen layers), `secondary.rs`, `connection.rs` (Flush order); `locks.rs`: per-object queues; `barrier.rs`: client writes by the map that admitted them, for a snapshot's seal; `sealed.rs`: heads the mon said are sealed before the map does.
 //! - `pg/`: the PGs' life apart from requests: `state.rs` (the PGs this OSD leads: peering, inactive, active and who is catching up), `history.rs` (their records in the store), `peering.rs`, `recovery.rs`, `scrub.rs`, `stray.rs`.
 //! - `objects_by_pg.rs`: the engine's objects by PG, so a PG's listing walks only its objects.
 //! - `peers.rs`: connections to the other members of a PG; `server.rs`: the listener.
@@ -34,6 +34,7 @@ mod peers;
 mod pg;
 pub mod planted;
 mod registration;
+mod sealed;
 mod server;
 
 use std::future::Future;

@@ -1,6 +1,7 @@
 //! Three OSDs in one process, each on its own thread, against an embedded metadata store:
-//! replicated writes, the refusals (role, epoch, arguments), a malformed frame, and writes
-//! that must not be acknowledged while a member of the PG is down.
+//! replicated writes, the refusals (role, epoch, arguments), a malformed frame, writes that
+//! must not be acknowledged while a member of the PG is down, and writes to a head waiting
+//! for its seal.
 //!
 //! The pool and its PG table are written into the store directly (no mon), after the OSDs
 //! have registered and been given ids 1, 2 and 3.
@@ -11,9 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cluster::object_pg;
+use cluster::records::{encode, FORMAT_VERSION};
+use cluster::{inode, keys, object_pg, VolumeRecord};
 use common::{
-    members, object_info, pattern, status, stripe_with_primary, Cluster, CutStore, INODE, OBJECT_SIZE, PG_COUNT,
+    members, object_info, pattern, status, stripe_with_primary, Cluster, CutStore, INODE, OBJECT_SIZE, PG_COUNT, POOL,
 };
 use engine::{Engine, EngineOptions};
 use osd::{Metadata, Stop};
@@ -166,6 +168,64 @@ fn wrong_role_epoch_or_arguments_are_refused() {
     assert_eq!(reply.response, Response::Write);
     let Response::ObjectInfo { version, .. } = info(replica) else { panic!() };
     assert_eq!(version, 2 << 40, "the first write of epoch 2 jumps to its versions");
+}
+
+/// A write to a head that waits for its seal (ADR 0026) is held, not refused: it goes on once
+/// the mon says the head is sealed (wire op Sealed), though the map still shows it sealing;
+/// with no such word it is answered `Busy` after the OSD's wait for its map.
+#[test]
+fn a_write_to_a_sealing_head_waits_for_the_word_that_it_is_sealed() {
+    let cluster = Cluster::start_with(|config| config.epoch_wait = Duration::from_secs(3));
+    let head = inode::layered(POOL, 1, 0);
+    let volume = VolumeRecord {
+        version: FORMAT_VERSION,
+        id: head,
+        name: "vol".into(),
+        pool: POOL,
+        size_bytes: 1 << 30,
+        object_size_bytes: OBJECT_SIZE,
+        parent: None,
+        sealing: true,
+        flags: Vec::new(),
+    };
+    cluster.put(&keys::volume("vol"), encode(&volume));
+    let pg = PgId { pool: POOL, pg: object_pg(head, 0, PG_COUNT) };
+    let primary = members(pg.pg)[0];
+    let write = Request::Write { pg, inode: head, offset_bytes: 0, data: pattern(4, 4096) };
+    let connection = cluster.connect(primary);
+    // Busy at once until the primary's map has the volume (an unknown layer), then after the
+    // primary held the write for its wait for the map.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let held = loop {
+        let started = Instant::now();
+        let reply = cluster.call(&connection, 1, write.clone());
+        assert_eq!(status(&reply), Status::Busy, "a sealing head's write with no word is refused");
+        if started.elapsed() > Duration::from_secs(2) {
+            break started.elapsed();
+        }
+        assert!(Instant::now() < deadline, "the primary never held a write to the sealing head");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(held < Duration::from_secs(5), "held for the wait for the map, then refused ({held:?})");
+
+    let waiting = {
+        let connection = cluster.connect(primary);
+        let write = write.clone();
+        let handle = cluster.runtime.handle().clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let reply = handle.block_on(connection.call(1, write)).expect("a reply");
+            (reply, started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiting.is_finished(), "the write is held while the head is sealing");
+    let mon = cluster.connect(primary);
+    assert_eq!(cluster.call(&mon, 0, Request::Sealed { inode: head }).response, Response::Sealed);
+    let (reply, waited) = waiting.join().unwrap();
+    assert_eq!(reply.response, Response::Write, "the word that the head is sealed lets the write through");
+    assert!(waited < Duration::from_secs(2), "went on at the word, not at the end of the wait ({waited:?})");
+    assert_eq!(cluster.call(&connection, 1, write).response, Response::Write);
 }
 
 #[test]

@@ -53,11 +53,14 @@ pub enum Opcode {
     /// Admin: completes once the OSD has applied the cluster map of a store revision and every
     /// client write it admitted under an older map has finished (the seal of a snapshot).
     Barrier = 37,
+    /// Admin: a volume's new head, whose seal the monitor is about to commit, takes writes from
+    /// now on (every OSD confirmed the Barrier of the snapshot that made it).
+    Sealed = 38,
 }
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 18] = [
+    pub const ALL: [Opcode; 19] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
@@ -76,6 +79,7 @@ impl Opcode {
         Opcode::PgStates,
         Opcode::VolumeRedundancy,
         Opcode::Barrier,
+        Opcode::Sealed,
     ];
 
     /// The opcode with this number, or `None` if this build does not know it.

@@ -262,6 +262,11 @@ pub enum Request {
     Barrier {
         revision: u64,
     },
+    /// The head `inode`, still sealing in the OSD's map, takes writes: the monitor saw every
+    /// OSD confirm the Barrier of the snapshot that made it and is committing its seal.
+    Sealed {
+        inode: u64,
+    },
     /// Whether `object` exists at the PG's primary (`Ok` with its version, or `NoSuchObject`).
     Stat {
         pg: PgId,
@@ -303,6 +308,7 @@ pub enum Response {
     },
     Ping,
     Barrier,
+    Sealed,
     Stat {
         version: u64,
     },
@@ -378,6 +384,7 @@ impl Request {
             Request::PgStates => Opcode::PgStates,
             Request::VolumeRedundancy { .. } => Opcode::VolumeRedundancy,
             Request::Barrier { .. } => Opcode::Barrier,
+            Request::Sealed { .. } => Opcode::Sealed,
             Request::Stat { .. } => Opcode::Stat,
         }
     }
@@ -402,7 +409,8 @@ impl Request {
             | Request::Space
             | Request::PgStates
             | Request::VolumeRedundancy { .. }
-            | Request::Barrier { .. } => None,
+            | Request::Barrier { .. }
+            | Request::Sealed { .. } => None,
         }
     }
 }
@@ -427,6 +435,7 @@ impl Response {
             Response::PgStates { .. } => Opcode::PgStates,
             Response::VolumeRedundancy { .. } => Opcode::VolumeRedundancy,
             Response::Barrier => Opcode::Barrier,
+            Response::Sealed => Opcode::Sealed,
             Response::Stat { .. } => Opcode::Stat,
             Response::NewerVersionHeld { opcode, .. } | Response::Failed { opcode, .. } => *opcode,
         }
@@ -565,7 +574,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
         Opcode::Read | Opcode::WriteZeroes | Opcode::Trim => PG + 8 + 8 + 4,
         Opcode::Write => PG + 8 + 8,
         Opcode::Flush | Opcode::Ping | Opcode::Space | Opcode::PgStates => 0,
-        Opcode::VolumeRedundancy | Opcode::Barrier => 8,
+        Opcode::VolumeRedundancy | Opcode::Barrier | Opcode::Sealed => 8,
         Opcode::SecRead => PG + OBJECT + 4 + 4,
         Opcode::SecWrite => PG + OBJECT + 8 + 4,
         Opcode::SecDelete => PG + OBJECT + 8,
@@ -627,6 +636,7 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
         Request::Flush | Request::Ping | Request::Space | Request::PgStates => {}
         Request::VolumeRedundancy { inode } => put_u64(out, *inode),
         Request::Barrier { revision } => put_u64(out, *revision),
+        Request::Sealed { inode } => put_u64(out, *inode),
         Request::SecRead { pg, object, offset_bytes, length_bytes } => {
             put_pg(out, *pg);
             put_object(out, *object);
@@ -684,7 +694,8 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
         | Response::SecWritePages
         | Response::SecReplace
         | Response::Ping
-        | Response::Barrier => {}
+        | Response::Barrier
+        | Response::Sealed => {}
         Response::SecRead { version, present, data } => {
             put_u64(out, *version);
             put_u64(out, *present);
@@ -794,6 +805,7 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         Opcode::PgStates => Request::PgStates,
         Opcode::VolumeRedundancy => Request::VolumeRedundancy { inode: reader.u64()? },
         Opcode::Barrier => Request::Barrier { revision: reader.u64()? },
+        Opcode::Sealed => Request::Sealed { inode: reader.u64()? },
         Opcode::Stat => Request::Stat { pg: reader.pg()?, object: reader.object()? },
     })
 }
@@ -830,6 +842,7 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
         }
         Opcode::Ping => Response::Ping,
         Opcode::Barrier => Response::Barrier,
+        Opcode::Sealed => Response::Sealed,
         Opcode::Space => {
             reader.require(24)?;
             Response::Space { used_bytes: reader.u64()?, total_bytes: reader.u64()?, object_count: reader.u64()? }

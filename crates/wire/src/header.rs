@@ -13,7 +13,7 @@ pub use crate::limits::HEADER_SIZE_BYTES;
 pub const MAGIC: u32 = u32::from_le_bytes(*b"BSLW");
 
 /// The only protocol version this build speaks and accepts.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Set in replies, clear in requests.
 pub const FLAG_REPLY: u32 = 1 << 0;

@@ -37,6 +37,7 @@ pub(crate) fn sample_requests() -> Vec<Request> {
         Request::PgStates,
         Request::VolumeRedundancy { inode: 1 << 56 | 9 },
         Request::Barrier { revision: 4321 },
+        Request::Sealed { inode: 0x0000_0300_0000_0007 },
         Request::Stat { pg, object },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| requests.iter().any(|request| request.opcode() == *opcode)));
@@ -65,6 +66,7 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::Space { used_bytes: 1 << 30, total_bytes: 1 << 40, object_count: 8192 },
         Response::VolumeRedundancy { objects: 512, degraded_objects: 17 },
         Response::Barrier,
+        Response::Sealed,
         Response::PgStates {
             history_writes: 0x7172_7374_7576_7778,
             copied_bytes: 0xa1a2_a3a4_a5a6_a7a8,

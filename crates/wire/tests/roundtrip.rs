@@ -71,6 +71,7 @@ fn request() -> impl Strategy<Value = Request> {
         Just(Request::PgStates),
         any::<u64>().prop_map(|inode| Request::VolumeRedundancy { inode }),
         any::<u64>().prop_map(|revision| Request::Barrier { revision }),
+        any::<u64>().prop_map(|inode| Request::Sealed { inode }),
     ]
 }
 
@@ -108,6 +109,7 @@ fn response() -> impl Strategy<Value = Response> {
         any::<u64>().prop_map(|version| Response::Stat { version }),
         Just(Response::Ping),
         Just(Response::Barrier),
+        Just(Response::Sealed),
         (any::<u64>(), any::<u64>())
             .prop_map(|(objects, degraded_objects)| Response::VolumeRedundancy { objects, degraded_objects }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(used_bytes, total_bytes, object_count)| {

@@ -59,7 +59,7 @@ pub(crate) enum Role {
     Secondary,
     /// Queries of one object that hold at any epoch (ObjectInfo).
     Admin,
-    /// Ops that address no PG (Flush, Ping, Space, PgStates, VolumeRedundancy, Barrier).
+    /// Ops that address no PG (Flush, Ping, Space, PgStates, VolumeRedundancy, Barrier, Sealed).
     Connection,
 }
 
@@ -83,7 +83,8 @@ impl Role {
             | Request::Space
             | Request::PgStates
             | Request::VolumeRedundancy { .. }
-            | Request::Barrier { .. } => Role::Connection,
+            | Request::Barrier { .. }
+            | Request::Sealed { .. } => Role::Connection,
         }
     }
 }
@@ -217,7 +218,8 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
         | Request::Space
         | Request::PgStates
         | Request::VolumeRedundancy { .. }
-        | Request::Barrier { .. } => unreachable!("no pg"),
+        | Request::Barrier { .. }
+        | Request::Sealed { .. } => unreachable!("no pg"),
     };
     // An object's current state may be asked of any OSD holding it, lease or not.
     if role != Role::Admin && !osd.may_serve {

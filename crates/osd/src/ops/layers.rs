@@ -15,6 +15,7 @@ use wire::Request;
 use super::primary::Mutation;
 use super::{ObjectRead, OpError, Osd};
 use crate::pg::state::Pg;
+use crate::sealed::SealedHeads;
 
 const PAGE: usize = PAGE_SIZE_BYTES as usize;
 
@@ -22,8 +23,9 @@ const PAGE: usize = PAGE_SIZE_BYTES as usize;
 /// A layered inode the map does not name is `Busy`: the map is behind the client's (a read of
 /// a new head would miss the layers below it), or the layer was replaced (a rollback) or is
 /// being removed. A write must not change a snapshot's layer (frozen) nor a head still
-/// waiting for its seal. Inodes from before layers take ops as they always did.
-pub(crate) fn check_layer(map: &ClusterMap, request: &Request) -> Result<(), OpError> {
+/// waiting for its seal, unless the mon said it is sealed (`sealed`). Inodes from before
+/// layers take ops as they always did.
+pub(crate) fn check_layer(map: &ClusterMap, request: &Request, sealed: &SealedHeads) -> Result<(), OpError> {
     let (inode, writes) = match *request {
         Request::Write { inode, .. } | Request::WriteZeroes { inode, .. } | Request::Trim { inode, .. } => {
             (inode, true)
@@ -46,7 +48,7 @@ pub(crate) fn check_layer(map: &ClusterMap, request: &Request) -> Result<(), OpE
     if layer.frozen && !removal {
         return Err(OpError::LayerFrozen { inode });
     }
-    if layer.sealing {
+    if layer.sealing && !sealed.contains(inode) {
         return Err(OpError::LayerSealing { inode });
     }
     Ok(())

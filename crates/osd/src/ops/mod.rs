@@ -37,6 +37,7 @@ use crate::pacer::Pacer;
 use crate::peers::Peers;
 use crate::pg::state::PgStates;
 use crate::pg::{peering, scrub};
+use crate::sealed::SealedHeads;
 
 /// How long a client's op waits for its PG to finish peering before answering `Busy`.
 const PEERING_WAIT: Duration = Duration::from_secs(5);
@@ -201,6 +202,8 @@ pub(crate) struct Osd {
     pub(crate) quiet_activations: QuietActivations,
     /// Client writes in flight by the map that admitted them, for the seal of a snapshot.
     pub(crate) client_writes: WritesByRevision,
+    /// Heads the mon said are sealed ahead of this OSD's map.
+    pub(crate) sealed_heads: SealedHeads,
 }
 
 /// Counts PGs that came up clean, for one summary line once a burst of them is over (a healthy
@@ -279,6 +282,7 @@ impl Osd {
             members_full: Default::default(),
             quiet_activations: QuietActivations::default(),
             client_writes: WritesByRevision::default(),
+            sealed_heads: SealedHeads::default(),
         }
     }
 
@@ -461,6 +465,10 @@ impl Osd {
             Request::PgStates => Ok(self.pg_states()),
             Request::VolumeRedundancy { inode } => Ok(self.volume_redundancy(inode)),
             Request::Barrier { revision } => self.barrier(revision).await,
+            Request::Sealed { inode } => {
+                self.sealed_heads.seal(inode, &self.map.borrow());
+                Ok(Response::Sealed)
+            }
             Request::Space => {
                 let space = self.engine.with(|engine| engine.space());
                 Ok(Response::Space {
@@ -472,13 +480,15 @@ impl Osd {
         }
     }
 
-    /// Admission on the current map; a request ahead of it waits up to `epoch_wait` for the
-    /// map to catch up. Returns what admission found, the PG's pool's PG count and the
-    /// revision of the map that admitted it.
+    /// Admission on the current map; a request ahead of it, or a write to a head waiting for
+    /// its seal, waits up to `epoch_wait` for the map to catch up or the mon's word that the
+    /// head is sealed. Returns what admission found, the PG's pool's PG count and the revision
+    /// of the map that admitted it.
     async fn admit(&self, epoch: u64, request: &Request) -> Result<(Admitted, u32, i64), OpError> {
         let deadline = tokio::time::Instant::now() + self.epoch_wait;
         let mut receiver = self.map.clone();
         loop {
+            let sealed = self.sealed_heads.changed();
             let map = receiver.borrow_and_update().clone();
             let view = request.pg().and_then(|pg| PgView::lookup(&map, pg));
             let osd = admission::Osd {
@@ -487,10 +497,22 @@ impl Osd {
                 may_serve: self.liveness.may_serve(),
             };
             match admission::admit(view, osd, epoch, request) {
-                Decision::Admit(admitted) => {
-                    layers::check_layer(&map, request)?;
-                    return Ok((admitted, view.map_or(0, |view| view.pg_count), map.revision));
-                }
+                Decision::Admit(admitted) => match layers::check_layer(&map, request, &self.sealed_heads) {
+                    Ok(()) => return Ok((admitted, view.map_or(0, |view| view.pg_count), map.revision)),
+                    Err(error @ OpError::LayerSealing { .. }) => {
+                        let woken = tokio::time::timeout_at(deadline, async {
+                            tokio::select! {
+                                changed = receiver.changed() => changed.is_ok(),
+                                () = sealed => true,
+                            }
+                        });
+                        if !matches!(woken.await, Ok(true)) {
+                            return Err(error);
+                        }
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                },
                 Decision::Refuse(error) => return Err(error),
                 Decision::WaitForMap => {}
             }
