@@ -4,7 +4,8 @@
 #   - QD1 4 KiB reads through a chain whose data is all in the bottom layer, at depth 1, 16, 64;
 #   - QD1 4 KiB writes right after a snapshot (the first write to most objects of the new head);
 #   - snapshot create: wall time of each POST /snapshots and the longest write overlapping it,
-#     fio writing at depth 4 through NBD meanwhile (SNAPSHOTS of them, one every 200 ms).
+#     fio writing at depth 4 through NBD meanwhile (SNAPSHOTS of them, one every 200 ms), and
+#     the same statistic for windows as long 100 ms later (the disk's own floor for it).
 # Prints medians and ratios; keeps raw results in OUT.
 #
 # Usage: scripts/bench-snapshots.sh [DIR]     (default /var/tmp; needs fio, python3)
@@ -115,18 +116,21 @@ for path in glob.glob(f"{out}/stall_lat.*.log"):
         ios.append((end_ns - latency_ns, end_ns, latency_ns))
 ios.sort()
 walls = sorted((end - start) / 1e6 for start, end in creates)
-stalls = []
-for start, end in creates:
-    # The longest write that was in flight at any time during the call (1 ms of slack for the
-    # log's millisecond timestamps).
+def longest(start, end):
+    # The longest write that was in flight at any time during [start, end] (1 ms of slack for
+    # the log's millisecond timestamps).
     overlapping = [lat for io_start, io_end, lat in ios if io_start <= end + 1_000_000 and io_end >= start - 1_000_000]
-    stalls.append(max(overlapping, default=0) / 1e6)
-stalls.sort()
+    return max(overlapping, default=0) / 1e6
+stalls = sorted(longest(start, end) for start, end in creates)
+# The floor: the same statistic over windows as long, 100 ms after each call (halfway to the
+# next), where no snapshot is taken: what the disk's own tail gives a window of that length.
+floor = sorted(longest(start + 100_000_000, end + 100_000_000) for start, end in creates)
 def p(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 all_lat = sorted(lat / 1e6 for _, _, lat in ios)
 print(f"snapshot create, {len(creates)} under writes at QD4: wall time p50 {p(walls, 0.5):.1f} ms, p99 {p(walls, 0.99):.1f} ms, max {walls[-1]:.1f} ms (target p99 under 50 ms)")
 print(f"longest write overlapping each: p50 {p(stalls, 0.5):.1f} ms, p99 {p(stalls, 0.99):.1f} ms (target p99 under 30 ms); every write: p50 {p(all_lat, 0.5):.2f} ms, p99 {p(all_lat, 0.99):.2f} ms, {len(all_lat)} writes")
+print(f"floor, the same windows 100 ms later with no snapshot: p50 {p(floor, 0.5):.1f} ms, p99 {p(floor, 0.99):.1f} ms")
 print(f"# basalt bench medians of {rounds} alternated rounds; replication 3 on one machine (basalt dev)")
 PY
 echo "bench-snapshots: raw results in $out" >&2

@@ -419,8 +419,8 @@ pub struct VolumeRecord {
     #[serde(default)]
     pub parent: Option<Parent>,
     /// The head took over from a snapshot and waits for every OSD to drain the writes it
-    /// admitted to the old one (ADR 0026): primaries hold its writes meanwhile, until the mon
-    /// tells them it is sealed or this flag goes, and answer `Busy` if that takes too long.
+    /// admitted to the old one (ADR 0026): primaries acknowledge no write to it meanwhile, until
+    /// the mon tells them it is sealed or this flag goes, and answer `Busy` if that takes too long.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealing: bool,
     /// `deleting`: the volume is being removed; its objects are deleted in the background.

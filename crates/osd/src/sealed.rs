@@ -1,8 +1,8 @@
 //! Heads the mon said are sealed before this OSD's map says so (ADR 0026, wire op Sealed).
 //!
-//! Once every live OSD has confirmed the Barrier of a snapshot, the new head may take writes;
-//! the mon tells the OSDs so while it commits the seal, so that writers wait for neither that
-//! commit nor the map that carries it. A head is sealing only once (a snapshot or rollback
+//! Once every live OSD has confirmed the Barrier of a snapshot, writes to the new head may be
+//! acknowledged (they run before; their acknowledgements wait). The mon tells the OSDs so while
+//! it commits the seal, so that writers wait for neither that commit nor the map that carries it. A head is sealing only once (a snapshot or rollback
 //! always makes a new inode), so a head named here stays sealed for good.
 
 use std::cell::RefCell;

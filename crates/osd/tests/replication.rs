@@ -170,9 +170,9 @@ fn wrong_role_epoch_or_arguments_are_refused() {
     assert_eq!(version, 2 << 40, "the first write of epoch 2 jumps to its versions");
 }
 
-/// A write to a head that waits for its seal (ADR 0026) is held, not refused: it goes on once
-/// the mon says the head is sealed (wire op Sealed), though the map still shows it sealing;
-/// with no such word it is answered `Busy` after the OSD's wait for its map.
+/// A write to a head that waits for its seal (ADR 0026) runs but is not acknowledged until the
+/// mon says the head is sealed (wire op Sealed), though the map still shows it sealing; with no
+/// such word it is answered `Busy` after the OSD's wait for its map.
 #[test]
 fn a_write_to_a_sealing_head_waits_for_the_word_that_it_is_sealed() {
     let cluster = Cluster::start_with(|config| config.epoch_wait = Duration::from_secs(3));
@@ -193,8 +193,8 @@ fn a_write_to_a_sealing_head_waits_for_the_word_that_it_is_sealed() {
     let primary = members(pg.pg)[0];
     let write = Request::Write { pg, inode: head, offset_bytes: 0, data: pattern(4, 4096) };
     let connection = cluster.connect(primary);
-    // Busy at once until the primary's map has the volume (an unknown layer), then after the
-    // primary held the write for its wait for the map.
+    // Busy once the primary held the write for its wait for the map: first for the volume to
+    // appear in it, then for the seal.
     let deadline = Instant::now() + Duration::from_secs(10);
     let held = loop {
         let started = Instant::now();
@@ -204,6 +204,7 @@ fn a_write_to_a_sealing_head_waits_for_the_word_that_it_is_sealed() {
             break started.elapsed();
         }
         assert!(Instant::now() < deadline, "the primary never held a write to the sealing head");
+        // Before the map has the volume, the write is held for as long, then refused.
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(held < Duration::from_secs(5), "held for the wait for the map, then refused ({held:?})");
@@ -219,7 +220,7 @@ fn a_write_to_a_sealing_head_waits_for_the_word_that_it_is_sealed() {
         })
     };
     std::thread::sleep(Duration::from_millis(300));
-    assert!(!waiting.is_finished(), "the write is held while the head is sealing");
+    assert!(!waiting.is_finished(), "the write is not acknowledged while the head is sealing");
     let mon = cluster.connect(primary);
     assert_eq!(cluster.call(&mon, 0, Request::Sealed { inode: head }).response, Response::Sealed);
     let (reply, waited) = waiting.join().unwrap();

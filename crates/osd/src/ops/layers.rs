@@ -20,9 +20,9 @@ use crate::sealed::SealedHeads;
 const PAGE: usize = PAGE_SIZE_BYTES as usize;
 
 /// Whether this OSD may serve a client's op on the layer it names, in the map that admits it.
-/// A layered inode the map does not name is `Busy`: the map is behind the client's (a read of
-/// a new head would miss the layers below it), or the layer was replaced (a rollback) or is
-/// being removed. A write must not change a snapshot's layer (frozen) nor a head still
+/// A layered inode the map does not name is `Busy` (once the map had time to catch up): the map
+/// is behind the client's (a read of a new head would miss the layers below it), or the layer
+/// was replaced (a rollback) or is being removed. A write must not change a snapshot's layer (frozen) nor a head still
 /// waiting for its seal, unless the mon said it is sealed (`sealed`). Inodes from before
 /// layers take ops as they always did.
 pub(crate) fn check_layer(map: &ClusterMap, request: &Request, sealed: &SealedHeads) -> Result<(), OpError> {
@@ -55,6 +55,28 @@ pub(crate) fn check_layer(map: &ClusterMap, request: &Request, sealed: &SealedHe
 }
 
 impl Osd {
+    /// Waits until head `inode` is sealed: the mon said so, or the map no longer shows it
+    /// sealing. `LayerSealing` (`Busy`) past `deadline`.
+    pub(crate) async fn until_sealed(&self, inode: u64, deadline: tokio::time::Instant) -> Result<(), OpError> {
+        let mut receiver = self.map.clone();
+        loop {
+            let word = self.sealed_heads.changed();
+            let sealing = receiver.borrow_and_update().layer(inode).is_some_and(|layer| layer.sealing);
+            if !sealing || self.sealed_heads.contains(inode) {
+                return Ok(());
+            }
+            let woken = tokio::time::timeout_at(deadline, async {
+                tokio::select! {
+                    changed = receiver.changed() => changed.is_ok(),
+                    () = word => true,
+                }
+            });
+            if !matches!(woken.await, Ok(true)) {
+                return Err(OpError::LayerSealing { inode });
+            }
+        }
+    }
+
     /// The layers below `object`'s that a read of it falls through to, top first, each with
     /// how many bytes of its object show through. Empty for a layer without a parent.
     pub(crate) fn layers_below(&self, object: ObjectId) -> Vec<(ObjectId, u32)> {

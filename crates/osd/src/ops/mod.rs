@@ -233,6 +233,15 @@ const IDLE_WRITEBACK_AFTER: Duration = Duration::from_secs(2);
 /// How long a member's `NoSpace` keeps a primary from creating objects in its PGs.
 const MEMBER_FULL_HOLD: Duration = Duration::from_secs(5);
 
+/// What admission found for an op, the PG's pool's PG count, the revision of the map that
+/// admitted it, and the sealing head whose seal its acknowledgement waits for.
+struct AdmittedOp {
+    admitted: Admitted,
+    pg_count: u32,
+    revision: i64,
+    sealing: Option<u64>,
+}
+
 /// Counts an op in flight, for the shutdown's wait.
 struct OpGuard<'a> {
     osd: &'a Osd,
@@ -410,10 +419,20 @@ impl Osd {
         connection: &ConnectionState,
         ticket: Ticket<'_>,
     ) -> Result<Response, OpError> {
-        let (admitted, pg_count, revision) = self.admit(epoch, &request).await?;
+        let AdmittedOp { admitted, pg_count, revision, sealing } = self.admit(epoch, &request).await?;
         let object = || admitted.object.expect("admission located the object");
         let _write = matches!(request, Request::Write { .. } | Request::WriteZeroes { .. } | Request::Trim { .. })
             .then(|| self.client_writes.admitted(revision));
+        // A write to a head waiting for its seal runs now and is acknowledged once the head is
+        // sealed (ADR 0026): its ack, not its landing, is what must follow every OSD's refusal
+        // of the frozen layer.
+        let sealed = |deadline| async move {
+            match sealing {
+                Some(inode) => self.until_sealed(inode, deadline).await,
+                None => Ok(()),
+            }
+        };
+        let deadline = tokio::time::Instant::now() + self.epoch_wait;
         match request {
             Request::Read { pg, length_bytes, .. } => {
                 let (object, offset) = object();
@@ -423,18 +442,21 @@ impl Osd {
             Request::Write { pg, data, .. } => {
                 let (object, offset_bytes) = object();
                 self.replicate(pg, epoch, object, Mutation::Write { offset_bytes, data }).await?;
+                sealed(deadline).await?;
                 drop(ticket);
                 Ok(Response::Write)
             }
             Request::WriteZeroes { pg, length_bytes, .. } => {
                 let (object, offset) = object();
                 self.replicate(pg, epoch, object, Mutation::zeros(offset, length_bytes)).await?;
+                sealed(deadline).await?;
                 drop(ticket);
                 Ok(Response::WriteZeroes)
             }
             Request::Trim { pg, length_bytes, .. } => {
                 let (object, offset) = object();
                 self.replicate(pg, epoch, object, self.trim_mutation(object, offset, length_bytes)).await?;
+                sealed(deadline).await?;
                 drop(ticket);
                 Ok(Response::Trim)
             }
@@ -480,15 +502,14 @@ impl Osd {
         }
     }
 
-    /// Admission on the current map; a request ahead of it, or a write to a head waiting for
-    /// its seal, waits up to `epoch_wait` for the map to catch up or the mon's word that the
-    /// head is sealed. Returns what admission found, the PG's pool's PG count and the revision
-    /// of the map that admitted it.
-    async fn admit(&self, epoch: u64, request: &Request) -> Result<(Admitted, u32, i64), OpError> {
+    /// Admission on the current map; a request ahead of it, or one naming a layer the map does
+    /// not know (the client's map is ahead: a new head), waits up to `epoch_wait` for the map
+    /// to catch up. A write to a head waiting for its seal is admitted, to be acknowledged only
+    /// once the head is sealed ([`Osd::until_sealed`]).
+    async fn admit(&self, epoch: u64, request: &Request) -> Result<AdmittedOp, OpError> {
         let deadline = tokio::time::Instant::now() + self.epoch_wait;
         let mut receiver = self.map.clone();
         loop {
-            let sealed = self.sealed_heads.changed();
             let map = receiver.borrow_and_update().clone();
             let view = request.pg().and_then(|pg| PgView::lookup(&map, pg));
             let osd = admission::Osd {
@@ -496,17 +517,18 @@ impl Osd {
                 object_size_bytes: self.object_size_bytes,
                 may_serve: self.liveness.may_serve(),
             };
+            let op = |admitted, sealing| AdmittedOp {
+                admitted,
+                pg_count: view.map_or(0, |view| view.pg_count),
+                revision: map.revision,
+                sealing,
+            };
             match admission::admit(view, osd, epoch, request) {
                 Decision::Admit(admitted) => match layers::check_layer(&map, request, &self.sealed_heads) {
-                    Ok(()) => return Ok((admitted, view.map_or(0, |view| view.pg_count), map.revision)),
-                    Err(error @ OpError::LayerSealing { .. }) => {
-                        let woken = tokio::time::timeout_at(deadline, async {
-                            tokio::select! {
-                                changed = receiver.changed() => changed.is_ok(),
-                                () = sealed => true,
-                            }
-                        });
-                        if !matches!(woken.await, Ok(true)) {
+                    Ok(()) => return Ok(op(admitted, None)),
+                    Err(OpError::LayerSealing { inode }) => return Ok(op(admitted, Some(inode))),
+                    Err(error @ OpError::LayerUnknown { .. }) => {
+                        if !matches!(tokio::time::timeout_at(deadline, receiver.changed()).await, Ok(Ok(()))) {
                             return Err(error);
                         }
                         continue;
