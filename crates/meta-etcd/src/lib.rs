@@ -23,6 +23,7 @@
 //! whatever the backend, so the recovery path is one path and it is exercised.
 
 mod convert;
+mod leaderless;
 mod members;
 mod watch;
 
@@ -48,8 +49,10 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use etcdserverpb as pb;
+use etcdserverpb::cluster_client::ClusterClient;
 use etcdserverpb::kv_client::KvClient;
 use etcdserverpb::lease_client::LeaseClient;
+use etcdserverpb::maintenance_client::MaintenanceClient;
 use etcdserverpb::watch_client::WatchClient;
 
 /// How long a unary call may take, over every member it is tried on, before it fails with
@@ -106,6 +109,9 @@ struct Clients {
     kv: KvClient<Transport>,
     watch: WatchClient<Transport>,
     lease: LeaseClient<Transport>,
+    /// Without `hasleader`: they ask a member what it knows when it may have no leader.
+    maintenance: MaintenanceClient<Channel>,
+    cluster: ClusterClient<Channel>,
 }
 
 /// One lease's keep-alive stream: a request sent on `requests` is answered on `responses`.
@@ -139,7 +145,9 @@ impl EtcdMetaStore {
                 url,
                 kv: KvClient::with_interceptor(channel.clone(), interceptor),
                 watch: WatchClient::with_interceptor(channel.clone(), interceptor),
-                lease: LeaseClient::with_interceptor(channel, interceptor),
+                lease: LeaseClient::with_interceptor(channel.clone(), interceptor),
+                maintenance: MaintenanceClient::new(channel.clone()),
+                cluster: ClusterClient::new(channel),
             });
         }
         let members = members::Members::new(clients.len());
@@ -431,5 +439,9 @@ impl MetaStore for EtcdMetaStore {
         let request = pb::LeaseRevokeRequest { id: lease.0 };
         self.unary("", Some(lease), on_member!(lease.lease_revoke(request))).await?;
         Ok(())
+    }
+
+    async fn leaderless(&self) -> Result<bool, MetaError> {
+        Ok(leaderless::leaderless(&self.clients).await)
     }
 }

@@ -92,3 +92,55 @@ fn requests_watches_and_leases_fail_over_between_members() {
     .join()
     .expect("the test thread");
 }
+
+/// Whether the cluster has no leader anywhere (`MetaStore::leaderless`, ADR 0028): not while it
+/// has one; not with two of three members killed, since the one left says what a member cut
+/// off from a working majority says; yes once two members answer and neither has a leader (the
+/// third killed and the link between the two cut); not again once the link heals.
+#[test]
+fn no_leader_anywhere_is_told_only_by_a_majority_of_members() {
+    std::thread::spawn(|| {
+        testkit::netns::enter_new();
+        let scratch = Scratch::new("etcd-leaderless");
+        let mut members = Etcd::start_cluster(&IPS, scratch.path());
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            let endpoints: Vec<String> = members.iter().map(|member| member.endpoint.clone()).collect();
+            let store = EtcdMetaStore::connect(&endpoints).await.expect("connect");
+            round(&store, "before", 3).await;
+            assert!(!store.leaderless().await.expect("an answer"), "a cluster with a leader");
+
+            members[2].proc.kill();
+            round(&store, "one-killed", 3).await;
+            assert!(!store.leaderless().await.expect("an answer"), "two of three members lead on");
+
+            // The peer link between the two left, cut both ways: neither can lead.
+            let cut = |action: &str| {
+                for ip in &IPS[..2] {
+                    testkit::run_ok("iptables", &[action, "INPUT", "-p", "tcp", "-d", ip, "--dport", "2380", "-j", "DROP"]);
+                }
+            };
+            cut("-A");
+            let started = Instant::now();
+            while !store.leaderless().await.expect("an answer") {
+                assert!(started.elapsed() < Duration::from_secs(20), "the two members never lost their leader");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            eprintln!("no leader anywhere told {:?} after the cut", started.elapsed());
+            cut("-D");
+            let started = Instant::now();
+            while store.leaderless().await.expect("an answer") {
+                assert!(started.elapsed() < Duration::from_secs(20), "the two members never elected a leader");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            round(&store, "healed", 3).await;
+
+            // One member left of three: it has no leader, and says what a cut-off member says.
+            members[1].proc.kill();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert!(!store.leaderless().await.expect("an answer"), "one member of three cannot tell");
+        });
+    })
+    .join()
+    .expect("the test thread");
+}
