@@ -13,7 +13,7 @@ use crate::api_client::ApiClient;
 /// never holds up I/O.
 #[derive(Debug, Clone)]
 pub enum MonReporter {
-    /// The mon API at this address.
+    /// The mon API at this address, or at the first of several (comma-separated) that takes it.
     Api(String),
     /// The leading mon, found in the metadata store at this URL when a report is due (a daemon
     /// that knows the store but not the API).

@@ -117,7 +117,10 @@ fn no_leader_anywhere_is_told_only_by_a_majority_of_members() {
             // The peer link between the two left, cut both ways: neither can lead.
             let cut = |action: &str| {
                 for ip in &IPS[..2] {
-                    testkit::run_ok("iptables", &[action, "INPUT", "-p", "tcp", "-d", ip, "--dport", "2380", "-j", "DROP"]);
+                    testkit::run_ok(
+                        "iptables",
+                        &[action, "INPUT", "-p", "tcp", "-d", ip, "--dport", "2380", "-j", "DROP"],
+                    );
                 }
             };
             cut("-A");
