@@ -52,31 +52,6 @@ fn cluster(name: &str, osd_count: usize) -> Cluster {
     Cluster::start_as(Store::Embedded, name, osd_count, 3, 2, "64M", Some(uid))
 }
 
-/// fio writing 4 KiB blocks at depth 8 for `runtime_s`, every block read back and checked once
-/// 256 more are written; returns its JSON report.
-fn start_timed_fio(dir: &std::path::Path, seed: u32, runtime_s: u32) -> std::process::Child {
-    let mut command: Command = fio(dir, "64M", seed, &[]);
-    command.args(["--time_based", &format!("--runtime={runtime_s}"), "--verify_backlog=256", "--output-format=json"]);
-    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("start fio")
-}
-
-/// Waits for fio, fails on any error, and returns the longest write's completion time.
-fn finish_timed_fio(fio: std::process::Child, across: &str) -> Duration {
-    let output = fio.wait_with_output().expect("wait for fio");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "fio failed {across}: {text}{}", String::from_utf8_lossy(&output.stderr));
-    let start = text.find('{').unwrap_or_else(|| panic!("no JSON from fio {across}: {text}"));
-    let report: Value = serde_json::from_str(&text[start..]).expect("fio's JSON report");
-    let job = &report["jobs"][0];
-    assert_eq!(job["error"], 0, "fio failed {across}: {text}");
-    let writes = job["write"]["total_ios"].as_u64().expect("a write count");
-    let verified = job["read"]["total_ios"].as_u64().expect("a read count");
-    let longest = Duration::from_nanos(job["write"]["lat_ns"]["max"].as_u64().expect("a latency"));
-    eprintln!("partition: {writes} writes {across}, {verified} verified, the longest took {longest:?}");
-    assert!(writes > 0 && verified > 0, "fio wrote or verified nothing {across}: {text}");
-    longest
-}
-
 fn osd_listing() -> Vec<Value> {
     let listing: Value = serde_json::from_str(&cli(&["osd", "ls", "--json", "--api", API])).expect("json");
     listing["osds"].as_array().expect("osds").clone()

@@ -129,16 +129,28 @@ pub fn up_osds() -> Vec<u64> {
 }
 
 pub fn pgs() -> Vec<Value> {
-    let listing: Value = serde_json::from_str(&cli(&["pg", "ls", "--json", "--api", API])).expect("json");
+    pgs_at(API)
+}
+
+/// The PGs as the mons at `api` (one, or several comma-separated) list them.
+pub fn pgs_at(api: &str) -> Vec<Value> {
+    let listing: Value = serde_json::from_str(&cli(&["pg", "ls", "--json", "--api", api])).expect("json");
     listing["pgs"].as_array().expect("a pg list").clone()
 }
 
 /// Waits until every PG is clean with exactly its target set acting (no old member left).
 pub fn wait_clean() {
+    wait_clean_at(API);
+}
+
+/// [`wait_clean`], asking the mons at `api`.
+pub fn wait_clean_at(api: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let not_clean: Vec<Value> =
-            pgs().into_iter().filter(|pg| pg["state"] != "clean" || !same_set(&pg["acting"], &pg["target"])).collect();
+        let not_clean: Vec<Value> = pgs_at(api)
+            .into_iter()
+            .filter(|pg| pg["state"] != "clean" || !same_set(&pg["acting"], &pg["target"]))
+            .collect();
         if not_clean.is_empty() {
             return;
         }
@@ -205,6 +217,31 @@ pub fn finish_fio_within(mut fio: std::process::Child, across: &str, limit: Dura
     finish_fio(fio, across);
 }
 
+/// fio writing 4 KiB blocks at depth 8 for `runtime_s`, every block read back and checked once
+/// 256 more are written; returns its JSON report.
+pub fn start_timed_fio(dir: &std::path::Path, seed: u32, runtime_s: u32) -> std::process::Child {
+    let mut command: Command = fio(dir, "64M", seed, &[]);
+    command.args(["--time_based", &format!("--runtime={runtime_s}"), "--verify_backlog=256", "--output-format=json"]);
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("start fio")
+}
+
+/// Waits for fio, fails on any error, and returns the longest write's completion time.
+pub fn finish_timed_fio(fio: std::process::Child, across: &str) -> Duration {
+    let output = fio.wait_with_output().expect("wait for fio");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "fio failed {across}: {text}{}", String::from_utf8_lossy(&output.stderr));
+    let start = text.find('{').unwrap_or_else(|| panic!("no JSON from fio {across}: {text}"));
+    let report: Value = serde_json::from_str(&text[start..]).expect("fio's JSON report");
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "fio failed {across}: {text}");
+    let writes = job["write"]["total_ios"].as_u64().expect("a write count");
+    let verified = job["read"]["total_ios"].as_u64().expect("a read count");
+    let longest = Duration::from_nanos(job["write"]["lat_ns"]["max"].as_u64().expect("a latency"));
+    eprintln!("fio: {writes} writes {across}, {verified} verified, the longest took {longest:?}");
+    assert!(writes > 0 && verified > 0, "fio wrote or verified nothing {across}: {text}");
+    longest
+}
+
 pub fn run_fio(dir: &std::path::Path, size: &str, seed: u32, extra: &[&str]) {
     finish_fio(start_fio(dir, size, seed, extra), "with every OSD up");
 }
@@ -234,14 +271,19 @@ pub fn call(address: &str, epoch: u64, request: wire::Request) -> wire::Response
 
 /// Every PG's acting members hold the same objects at the same versions with the same bytes.
 pub fn replicas_equal() {
-    let listing: Value = serde_json::from_str(&cli(&["osd", "ls", "--json", "--api", API])).expect("json");
+    replicas_equal_at(API);
+}
+
+/// [`replicas_equal`], asking the mons at `api`.
+pub fn replicas_equal_at(api: &str) {
+    let listing: Value = serde_json::from_str(&cli(&["osd", "ls", "--json", "--api", api])).expect("json");
     let address = |osd: u64| -> String {
         let osds = listing["osds"].as_array().expect("osds");
         let record = osds.iter().find(|record| record["id"] == osd).expect("a listed osd");
         record["address"].as_str().expect("an up osd").to_string()
     };
     let mut objects_checked = 0;
-    for pg in pgs() {
+    for pg in pgs_at(api) {
         let id = wire::PgId { pool: pg["pool"].as_u64().unwrap() as u32, pg: pg["pg"].as_u64().unwrap() as u32 };
         let epoch = pg["epoch"].as_u64().unwrap();
         let members: Vec<u64> = pg["acting"].as_array().unwrap().iter().map(|osd| osd.as_u64().unwrap()).collect();
