@@ -8,7 +8,7 @@
 //! Every mon serves the whole API (followers read and write the metadata store as the leader
 //! does), so `--api` may name several, comma-separated: a request goes to the first, and to the
 //! next when one cannot be connected to, or, for a read, does not answer within
-//! [`READ_ATTEMPT_TIMEOUT`]. A change that was sent and not answered is not sent again (it may
+//! [`READ_ATTEMPT_TIMEOUT`] or answers that it cannot reach the metadata store (503). A change that was sent and not answered is not sent again (it may
 //! have been applied); its error says so.
 
 use std::time::Duration;
@@ -119,6 +119,11 @@ impl ApiClient {
             let result = self.attempt(method, &url, body.as_deref(), another);
             let mon = base_url.trim_end_matches("/api/v1");
             match result {
+                // A mon that cannot reach the metadata store says so; another may.
+                Ok(response) if another && method == "GET" && response.status() == 503 => {
+                    let error = answer(method, &url, response).expect_err("a 503 is an error");
+                    unreached.push(format!("{mon}: {error}"));
+                }
                 Ok(response) => return answer(method, &url, response),
                 Err(error) if another && (method == "GET" || not_sent(&error)) => {
                     unreached.push(format!("{mon}: {error}"));

@@ -2,8 +2,8 @@
 //! mons, three OSDs given every etcd member, `basalt nbd` given both mons, and fio writing
 //! through NBD with every block verified soon after it is written. Each etcd member is killed
 //! in turn (one of them leads etcd), one is cut off (its packets dropped), the leading mon is
-//! killed and then stopped, and the leading mon and an etcd member are killed together before
-//! an OSD is. Meanwhile `basalt status` is asked of both mons every 200 ms: every call must be
+//! killed, then stopped, then cut off from etcd, and the leading mon and an etcd member are
+//! killed together before an OSD is. Meanwhile `basalt status` is asked of both mons every 200 ms: every call must be
 //! answered, fio must see no error and no write may take 5 s, and every PG must come out clean
 //! with its members equal.
 
@@ -67,6 +67,7 @@ impl ControlPlane {
         let id = format!("mon-{}", ["a", "b"][index]);
         let mut command = Command::new(BASALT);
         command.args(["mon", "--api", MON_APIS[index], "--id", &id, "--etcd", &self.meta_url]);
+        std::os::unix::process::CommandExt::uid(&mut command, mon_uid(index));
         self.mons[index] = Some(Proc::spawn(&id, self.scratch.path(), &mut command));
         wait_until(Duration::from_secs(30), "the mon API", || std::net::TcpStream::connect(MON_APIS[index]).ok());
     }
@@ -104,6 +105,20 @@ impl ControlPlane {
 
     fn restart_etcd(&mut self, index: usize) {
         self.etcd[index] = Etcd::restart_member(&ETCD_IPS, index, self.scratch.path());
+    }
+}
+
+/// The uid mon `index` runs as, so a rule can name the packets it sends.
+fn mon_uid(index: usize) -> u32 {
+    64_100 + index as u32
+}
+
+/// Drops every packet mon `index` sends to etcd, or stops dropping them.
+fn cut_mon(index: usize, cut: bool) {
+    let action = if cut { "-I" } else { "-D" };
+    let uid = mon_uid(index).to_string();
+    for ip in ETCD_IPS {
+        testkit::run_ok("iptables", &[action, "OUTPUT", "-m", "owner", "--uid-owner", &uid, "-d", ip, "-j", "DROP"]);
     }
 }
 
@@ -162,7 +177,7 @@ fn etcd_members_and_mons_lost_cost_no_io_error_and_no_unanswered_call() {
     isolated(|| {
         let mut cluster = ControlPlane::start();
         let dir = cluster.scratch.path().to_path_buf();
-        let writer = start_timed_fio(&dir, 41, 75);
+        let writer = start_timed_fio(&dir, 41, 90);
         let prober = Prober::start();
         std::thread::sleep(Duration::from_secs(2));
 
@@ -201,6 +216,17 @@ fn etcd_members_and_mons_lost_cost_no_io_error_and_no_unanswered_call() {
         cluster.mons[leader].as_ref().expect("a stopped mon").signal(libc::SIGCONT);
         std::thread::sleep(Duration::from_secs(2));
         assert_eq!(cluster.leading_mon(), 1 - leader, "a resumed mon must not lead beside the new leader");
+
+        // The leading mon cut off from etcd: the other takes over; healed, the first follows.
+        let leader = cluster.leading_mon();
+        let cut_at = Instant::now();
+        cut_mon(leader, true);
+        let takeover = cluster.wait_for_leader(1 - leader, cut_at);
+        eprintln!("control plane: mon {leader} cut off from etcd, the other led {takeover:?} later");
+        assert!(takeover < TAKEOVER_MAX, "the other mon led {takeover:?} after a cut");
+        cut_mon(leader, false);
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(cluster.leading_mon(), 1 - leader, "a healed mon must not lead beside the new leader");
 
         // The leading mon and an etcd member killed together, then an OSD.
         let leader = cluster.leading_mon();
