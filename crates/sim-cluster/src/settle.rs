@@ -29,7 +29,7 @@ pub(crate) async fn wait_until_clean(store: &Arc<dyn MetaStore>, osds: usize, le
                 let mut unsettled: Vec<String> =
                     views.into_iter().filter(|view| !is_settled(view)).map(describe).collect();
                 if up < osds {
-                    unsettled.push(format!("{up} of {osds} OSDs up"));
+                    unsettled.push(format!("{up} of {osds} OSDs up and in to stay"));
                 }
                 unsettled
             }
@@ -69,7 +69,9 @@ fn describe(view: PgView) -> String {
 }
 
 /// Every PG's view, from the map and the live OSDs' answers (one at a time, from this node),
-/// and how many OSDs are up.
+/// and how many OSDs are up and will stay as they are: not marked down on their peers' reports
+/// (the mon clears the mark once the reports stop) nor marked out by the mon while they were
+/// down (it marks them in once they are up), either of which moves PGs again.
 pub(crate) async fn pg_views(store: &Arc<dyn MetaStore>) -> Result<(Vec<PgView>, usize), String> {
     let map = cluster_watch::load(store.as_ref()).await.map_err(|error| format!("loading the map: {error}"))?;
     let mut answers = OsdAnswers::default();
@@ -87,5 +89,6 @@ pub(crate) async fn pg_views(store: &Arc<dyn MetaStore>) -> Result<(Vec<PgView>,
         }
         connection.close("asked");
     }
-    Ok((all_pg_views(&map, &answers), map.live.len()))
+    let to_stay = |osd: u32| map.is_up(osd) && !map.osds.get(&osd).is_some_and(|record| record.out && record.auto_out);
+    Ok((all_pg_views(&map, &answers), map.live.keys().filter(|&&osd| to_stay(osd)).count()))
 }
