@@ -33,16 +33,28 @@ async fn round(store: &EtcdMetaStore, tag: &str, count: usize) -> Duration {
     longest
 }
 
+/// A three-member etcd in a new network namespace (call from a thread of the test's own), and a
+/// runtime to drive a client of it.
+fn three_members(name: &str) -> (Scratch, Vec<Etcd>, tokio::runtime::Runtime) {
+    testkit::netns::enter_new();
+    let scratch = Scratch::new(name);
+    let members = Etcd::start_cluster(&IPS, scratch.path());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    (scratch, members, runtime)
+}
+
+/// A client given every member's endpoint.
+async fn connect(members: &[Etcd]) -> EtcdMetaStore {
+    let endpoints: Vec<String> = members.iter().map(|member| member.endpoint.clone()).collect();
+    EtcdMetaStore::connect(&endpoints).await.expect("connect")
+}
+
 #[test]
 fn requests_watches_and_leases_fail_over_between_members() {
     std::thread::spawn(|| {
-        testkit::netns::enter_new();
-        let scratch = Scratch::new("etcd-failover");
-        let mut members = Etcd::start_cluster(&IPS, scratch.path());
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let (scratch, mut members, runtime) = three_members("etcd-failover");
         runtime.block_on(async {
-            let endpoints: Vec<String> = members.iter().map(|member| member.endpoint.clone()).collect();
-            let store = EtcdMetaStore::connect(&endpoints).await.expect("connect");
+            let store = connect(&members).await;
             let lease = store.lease_grant(5).await.expect("a lease");
             store.put("/t/leased", b"x".to_vec(), Some(lease)).await.expect("a leased key");
             store.lease_keep_alive(lease).await.expect("a renewal");
@@ -100,13 +112,9 @@ fn requests_watches_and_leases_fail_over_between_members() {
 #[test]
 fn no_leader_anywhere_is_told_only_by_a_majority_of_members() {
     std::thread::spawn(|| {
-        testkit::netns::enter_new();
-        let scratch = Scratch::new("etcd-leaderless");
-        let mut members = Etcd::start_cluster(&IPS, scratch.path());
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let (_scratch, mut members, runtime) = three_members("etcd-leaderless");
         runtime.block_on(async {
-            let endpoints: Vec<String> = members.iter().map(|member| member.endpoint.clone()).collect();
-            let store = EtcdMetaStore::connect(&endpoints).await.expect("connect");
+            let store = connect(&members).await;
             round(&store, "before", 3).await;
             assert!(!store.leaderless().await.expect("an answer"), "a cluster with a leader");
 
