@@ -8,8 +8,9 @@
 //! leader finishing a head left unsealed may both do it.
 //!
 //! Once every OSD confirmed, the mon tells them the head is sealed (wire op Sealed) while it
-//! commits the seal: the writes the OSDs hold for the head go on without waiting for that
-//! commit and the map that carries it. An OSD the word does not reach learns it from the map.
+//! commits the seal: the OSDs acknowledge the writes to the head they ran meanwhile without
+//! waiting for that commit and the map that carries it. An OSD the word does not reach learns
+//! it from the map.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,8 +30,9 @@ const ROUND_PAUSE: Duration = Duration::from_millis(50);
 const SEALED_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Waits until every OSD live in a map of `revision` or later confirmed the Barrier of
-/// `revision` or lost its lease, then clears the `sealing` flag of volume `name` if its head is
-/// still `head`. Returns whether this call cleared it.
+/// `revision` or lost its lease, then tells them `head` is sealed and clears the `sealing` flag
+/// of volume `name` if its head is still `head`. Returns whether the flag is clear with `head`
+/// the head.
 pub async fn seal(store: &dyn MetaStore, name: &str, head: u64, revision: i64) -> Result<bool, AdminError> {
     let map = confirm_map(store, revision).await?;
     let commit = admin::update_volume(store, name, |volume| {
