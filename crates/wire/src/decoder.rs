@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn unsupported_version() {
-        for version in [0u16, 1, 2, 4, u16::MAX] {
+        for version in [0u16, 1, 2, 3, 5, u16::MAX] {
             let mut bytes = sample(Opcode::Read, false);
             set(&mut bytes, field_offset::VERSION, &version.to_le_bytes());
             check(&bytes, LIMIT, Err(DecodeError::UnsupportedVersion { version }));
@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn unknown_opcode() {
-        for opcode in [0u16, 7, 15, 38, u16::MAX] {
+        for opcode in [0u16, 7, 15, 39, u16::MAX] {
             let mut bytes = sample(Opcode::Ping, false);
             set(&mut bytes, field_offset::OPCODE, &opcode.to_le_bytes());
             reseal(&mut bytes);

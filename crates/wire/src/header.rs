@@ -208,7 +208,7 @@ mod tests {
         let bytes = header.encode();
         let expected_prefix: [u8; 44] = [
             b'B', b'S', b'L', b'W', // magic
-            3, 0, // version
+            4, 0, // version
             17, 0, // opcode
             1, 0, 0, 0, // flags
             0x04, 0x03, 0x02, 0x01, // payload size
