@@ -426,13 +426,12 @@ impl Osd {
         // A write to a head waiting for its seal runs now and is acknowledged once the head is
         // sealed (ADR 0026): its ack, not its landing, is what must follow every OSD's refusal
         // of the frozen layer.
-        let sealed = |deadline| async move {
+        let sealed = || async move {
             match sealing {
-                Some(inode) => self.until_sealed(inode, deadline).await,
+                Some(inode) => self.until_sealed(inode, tokio::time::Instant::now() + self.epoch_wait).await,
                 None => Ok(()),
             }
         };
-        let deadline = tokio::time::Instant::now() + self.epoch_wait;
         match request {
             Request::Read { pg, length_bytes, .. } => {
                 let (object, offset) = object();
@@ -442,21 +441,21 @@ impl Osd {
             Request::Write { pg, data, .. } => {
                 let (object, offset_bytes) = object();
                 self.replicate(pg, epoch, object, Mutation::Write { offset_bytes, data }).await?;
-                sealed(deadline).await?;
+                sealed().await?;
                 drop(ticket);
                 Ok(Response::Write)
             }
             Request::WriteZeroes { pg, length_bytes, .. } => {
                 let (object, offset) = object();
                 self.replicate(pg, epoch, object, Mutation::zeros(offset, length_bytes)).await?;
-                sealed(deadline).await?;
+                sealed().await?;
                 drop(ticket);
                 Ok(Response::WriteZeroes)
             }
             Request::Trim { pg, length_bytes, .. } => {
                 let (object, offset) = object();
                 self.replicate(pg, epoch, object, self.trim_mutation(object, offset, length_bytes)).await?;
-                sealed(deadline).await?;
+                sealed().await?;
                 drop(ticket);
                 Ok(Response::Trim)
             }
