@@ -52,10 +52,11 @@ pub use admin::{
 pub use local_osds::{LocalOsdError, LocalOsds, StopMode, StopRequest};
 pub use reaper::{DeletionProgress, VolumeReaper};
 
-/// The lease TTL of the leader key.
-pub const LEASE_TTL_DEFAULT: Duration = Duration::from_secs(5);
+/// The lease TTL of the leader key: a killed leader's work waits this long (plus an etcd
+/// election when etcd's leader died with it, which renews every lease), so it matches an OSD's.
+pub const LEASE_TTL_DEFAULT: Duration = Duration::from_secs(3);
 /// How often the leader renews its lease: a third of the TTL leaves two chances before expiry.
-pub const KEEP_ALIVE_INTERVAL_DEFAULT: Duration = Duration::from_millis(1500);
+pub const KEEP_ALIVE_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 /// How long a freshly started mon keeps the members of stored tables that have no liveness key
 /// (ADR 0005): an OSD lease TTL (3 s by default, ADR 0015) and two renewals past it.
 pub const LIVENESS_GRACE_DEFAULT: Duration = Duration::from_secs(5);

@@ -222,6 +222,29 @@ impl Etcd {
         etcd
     }
 
+    /// Whether this member leads etcd now, by its own status (the v3 gateway's
+    /// `/v3/maintenance/status`); false when it does not answer.
+    pub fn leads(&self) -> bool {
+        use std::io::{Read, Write};
+        let address = self.endpoint.trim_start_matches("http://");
+        let Ok(mut stream) = std::net::TcpStream::connect(address) else { return false };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let request = format!(
+            "POST /v3/maintenance/status HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+             Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        );
+        let mut reply = String::new();
+        if stream.write_all(request.as_bytes()).is_err() || stream.read_to_string(&mut reply).is_err() {
+            return false;
+        }
+        // The gateway writes 64-bit ids as JSON strings: "member_id":"N" and "leader":"N".
+        let field = |name: &str| {
+            let start = reply.find(&format!("\"{name}\":\""))? + name.len() + 4;
+            reply[start..].split('"').next().map(str::to_string)
+        };
+        matches!((field("member_id"), field("leader")), (Some(member), Some(leader)) if member == leader)
+    }
+
     fn wait_for_clients(&mut self, address: &str) {
         wait_until(Duration::from_secs(30), "etcd to accept connections", || {
             self.proc.assert_running();
