@@ -93,9 +93,13 @@ impl ControlPlane {
         })
     }
 
-    /// Waits until mon `index` leads, and returns how long that took.
+    /// Waits until mon `index` leads, by its own word (the other may be stopped or cut off, and
+    /// a read of it waits), and returns how long that took.
     fn wait_for_leader(&self, index: usize, since: Instant) -> Duration {
-        wait_until(Duration::from_secs(30), "the other mon leading", || (self.leading_mon() == index).then_some(()));
+        wait_until(Duration::from_secs(30), "the other mon leading", || {
+            let status: Value = serde_json::from_str(&cli(&["status", "--json", "--api", MON_APIS[index]])).ok()?;
+            (status["leader"]["mon"].as_str()? == ["mon-a", "mon-b"][index]).then_some(())
+        });
         since.elapsed()
     }
 

@@ -4,16 +4,18 @@
 //! `keep_alive_interval`; the candidate campaigns on `/basalt/mon/leader` with it
 //! (`meta::campaign`). The winner publishes PG tables and deletes volumes until the term ends:
 //!
-//! | event                                   | what the mon does                                 |
-//! |-----------------------------------------|---------------------------------------------------|
-//! | a keep-alive fails or times out         | stops leading at once, revokes the lease, retries |
-//! | the leader key is gone or newer          | stops leading, revokes the lease, campaigns again |
-//! | a fenced write fails on the leader key   | same as above                                     |
-//! | shutdown                                | stops leading, revokes the lease (fast handover)  |
+//! | event                                        | what the mon does                                 |
+//! |----------------------------------------------|---------------------------------------------------|
+//! | no keep-alive sent in the last TTL - interval succeeded | stops leading, revokes the lease, retries |
+//! | a keep-alive says the lease expired          | same as above                                     |
+//! | the leader key is gone or newer              | stops leading, revokes the lease, campaigns again |
+//! | a fenced write fails on the leader key       | same as above                                     |
+//! | shutdown                                     | stops leading, revokes the lease (fast handover)  |
 //!
 //! Safety does not rest on the timing: every leader write compares the leader key's create
-//! revision with the term's token, so writes of a deposed leader fail. Stepping down on the
-//! first failed keep-alive keeps a partitioned leader from even trying for long.
+//! revision with the term's token, so writes of a deposed leader fail. Stepping down at the
+//! lease's end as its holder can see it (failed renewals are retried until then) rides through
+//! an etcd election or a dead member, and keeps a cut-off leader from trying for long.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -50,10 +52,11 @@ pub(crate) async fn run_candidate(
     // The last election error logged, so an unreachable store is reported once, not every retry.
     let mut last_error = String::new();
     loop {
-        let started = Instant::now();
         let end = term(&shared, &watcher, reaper.as_deref(), &mut stop).await;
         if end.is_ok() {
+            // The term got a lease, so the store answered: start over quickly.
             last_error.clear();
+            backoff = Duration::from_millis(100);
         }
         match end {
             Ok(TermEnd::Stopped) => return,
@@ -72,16 +75,13 @@ pub(crate) async fn run_candidate(
         if *stop.borrow() {
             return;
         }
-        // A term that lasted a while was healthy: start over quickly.
-        if started.elapsed() > Duration::from_secs(10) {
-            backoff = Duration::from_millis(100);
-        }
         tokio::select! {
             biased;
             _ = tokio::time::sleep(backoff) => {}
             _ = stop.wait_for(|stopped| *stopped) => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        // Capped at a renewal interval, so a store back from an outage has a leader soon.
+        backoff = (backoff * 2).min(shared.config.keep_alive_interval);
     }
 }
 
@@ -92,10 +92,12 @@ async fn term(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<TermEnd, MetaError> {
     let store = shared.store.as_ref();
+    let asked = Instant::now();
     let lease = store.lease_grant(shared.config.lease_ttl.as_secs().max(1)).await?;
+    let renewal = Renewal { ttl: shared.config.lease_ttl, interval: shared.config.keep_alive_interval };
     let end = tokio::select! {
         biased;
-        error = keep_alive(store, lease, shared.config.keep_alive_interval) => Ok(TermEnd::KeepAliveFailed(error)),
+        error = keep_alive(store, lease, asked, renewal) => Ok(TermEnd::KeepAliveFailed(error)),
         end = campaign_and_lead(shared, watcher, reaper, lease) => end,
         _ = stop.wait_for(|stopped| *stopped) => Ok(TermEnd::Stopped),
     };
@@ -108,20 +110,49 @@ async fn term(
     end
 }
 
-/// Renews `lease` every `interval`; returns the error that ended it.
-async fn keep_alive(store: &dyn MetaStore, lease: LeaseId, interval: Duration) -> MetaError {
+/// How a term's lease is kept alive.
+#[derive(Debug, Clone, Copy)]
+struct Renewal {
+    ttl: Duration,
+    interval: Duration,
+}
+
+/// Renews `lease` (granted by a request sent at `asked`) every `interval`, and returns once the
+/// lease may have run out: when the store says so, or when no renewal sent in the last TTL less
+/// one interval succeeded (the store counts the TTL from when it received a renewal, which is
+/// later than its sending). A failed or slow renewal is retried every tenth of the TTL, each
+/// attempt bounded by the interval, so an etcd election or a dead member costs no term.
+async fn keep_alive(store: &dyn MetaStore, lease: LeaseId, asked: Instant, renewal: Renewal) -> MetaError {
+    let Renewal { ttl, interval } = renewal;
+    assert!(interval < ttl, "the mon renews its lease ({interval:?}) within its TTL ({ttl:?})");
+    let mut valid_until = asked + (ttl - interval);
+    let mut next = asked + interval;
+    let mut last_error = None;
     loop {
-        tokio::time::sleep(interval).await;
-        match tokio::time::timeout(interval, store.lease_keep_alive(lease)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => return error,
+        tokio::time::sleep_until(next).await;
+        let sent = Instant::now();
+        if sent >= valid_until {
+            return last_error.unwrap_or_else(|| {
+                MetaError::unavailable(store.endpoint(), "the mon's lease was not renewed within its TTL")
+            });
+        }
+        match tokio::time::timeout(interval.min(valid_until - sent), store.lease_keep_alive(lease)).await {
+            Ok(Ok(_)) => {
+                valid_until = sent + (ttl - interval);
+                next = sent + interval;
+                last_error = None;
+                continue;
+            }
+            Ok(Err(error @ MetaError::LeaseExpired { .. })) => return error,
+            Ok(Err(error)) => last_error = Some(error),
             Err(_) => {
-                return MetaError::unavailable(
+                last_error = Some(MetaError::unavailable(
                     store.endpoint(),
-                    format!("lease keep-alive took longer than {} ms", interval.as_millis()),
-                )
+                    format!("lease keep-alives took longer than {} ms", interval.as_millis()),
+                ))
             }
         }
+        next = Instant::now() + ttl / 10;
     }
 }
 
