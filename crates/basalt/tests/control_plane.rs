@@ -1,16 +1,17 @@
 //! The control plane's faults: real processes in a network namespace, a three-member etcd, two
 //! mons, three OSDs given every etcd member, `basalt nbd` given both mons, and fio writing
 //! through NBD with every block verified soon after it is written. Each etcd member is killed
-//! in turn (one of them leads etcd), one is cut off (its packets dropped), the leading mon is
-//! killed, then stopped, then cut off from etcd, and the leading mon and an etcd member are
-//! killed together before an OSD is. Meanwhile `basalt status` is asked of both mons every 200 ms: every call must be
-//! answered, fio must see no error and no write may take 5 s, and every PG must come out clean
-//! with its members equal.
+//! in turn (one of them leads etcd), one is cut off (its packets dropped), etcd loses its
+//! quorum for 20 s (every peer link cut), the leading mon is killed, then stopped, then cut off
+//! from etcd, and the leading mon and etcd's leader are killed together before an OSD is.
+//! Meanwhile `basalt status` is asked of both mons every 200 ms: every call must be answered,
+//! fio must see no error and no write may take 5 s, and every PG must come out clean with its
+//! members equal.
 
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -134,14 +135,16 @@ fn up_osds_at() -> Vec<u64> {
 /// keeps the errors of those that failed.
 struct Prober {
     stop: Arc<AtomicBool>,
+    without_store: Arc<AtomicUsize>,
     thread: std::thread::JoinHandle<(usize, Vec<String>)>,
 }
 
 impl Prober {
     fn start() -> Prober {
         let stop = Arc::new(AtomicBool::new(false));
+        let without_store = Arc::new(AtomicUsize::new(0));
         let thread = std::thread::spawn({
-            let stop = stop.clone();
+            let (stop, without_store) = (stop.clone(), without_store.clone());
             move || {
                 let mut calls = 0;
                 let failures = Mutex::new(Vec::new());
@@ -152,19 +155,30 @@ impl Prober {
                     if !output.status.success() {
                         let error = String::from_utf8_lossy(&output.stderr).trim().to_string();
                         failures.lock().unwrap().push(format!("after {:?}: {error}", started.elapsed()));
+                    } else if String::from_utf8_lossy(&output.stdout).contains("store     UNAVAILABLE") {
+                        without_store.fetch_add(1, Ordering::Relaxed);
                     }
                     std::thread::sleep(Duration::from_millis(200));
                 }
                 (calls, failures.into_inner().unwrap())
             }
         });
-        Prober { stop, thread }
+        Prober { stop, without_store, thread }
+    }
+
+    /// How many calls a mon answered from its last map, the store unreadable.
+    fn answers_without_store(&self) -> usize {
+        self.without_store.load(Ordering::Relaxed)
     }
 
     fn finish(self, across: &str) -> usize {
         self.stop.store(true, Ordering::Relaxed);
         let (calls, failures) = self.thread.join().expect("the prober");
-        eprintln!("control plane: {calls} status calls {across}, {} failed", failures.len());
+        eprintln!(
+            "control plane: {calls} status calls {across}, {} failed, {} answered without the store",
+            failures.len(),
+            self.without_store.load(Ordering::Relaxed)
+        );
         assert!(failures.is_empty(), "status calls failed {across}: {failures:#?}");
         calls
     }
@@ -181,7 +195,7 @@ fn etcd_members_and_mons_lost_cost_no_io_error_and_no_unanswered_call() {
     isolated(|| {
         let mut cluster = ControlPlane::start();
         let dir = cluster.scratch.path().to_path_buf();
-        let writer = start_timed_fio(&dir, 41, 90);
+        let writer = start_timed_fio(&dir, 41, 120);
         let prober = Prober::start();
         std::thread::sleep(Duration::from_secs(2));
 
@@ -200,6 +214,33 @@ fn etcd_members_and_mons_lost_cost_no_io_error_and_no_unanswered_call() {
         cut_etcd(1, false);
         std::thread::sleep(Duration::from_secs(2));
         eprintln!("control plane: an etcd member cut off for 6 s");
+
+        // etcd's quorum lost for 20 s: every member's peer links cut, so each still answers
+        // clients but none can lead. The OSDs serve on (every member says it has no leader),
+        // the mons answer from their last map, and everything resumes once a leader is elected.
+        let cut_quorum = |action: &str| {
+            for ip in ETCD_IPS {
+                testkit::run_ok("iptables", &[action, "INPUT", "-p", "tcp", "-d", ip, "--dport", "2380", "-j", "DROP"]);
+            }
+        };
+        cut_quorum("-I");
+        let cut_at = Instant::now();
+        wait_until(Duration::from_secs(10), "etcd to lose its leader", || {
+            (!cluster.etcd.iter().any(Etcd::leads)).then_some(())
+        });
+        let lost = prober.answers_without_store();
+        std::thread::sleep(Duration::from_secs(20).saturating_sub(cut_at.elapsed()));
+        assert!(prober.answers_without_store() > lost, "no status call was answered without the store");
+        cut_quorum("-D");
+        wait_until(Duration::from_secs(20), "etcd to elect a leader", || {
+            cluster.etcd.iter().any(Etcd::leads).then_some(())
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        for index in 0..OSDS {
+            let log = std::fs::read_to_string(cluster.scratch.join(&format!("osd{index}.log"))).expect("an OSD's log");
+            assert!(log.contains("the store has no leader anywhere"), "osd{index} did not serve on: {log}");
+        }
+        eprintln!("control plane: etcd's quorum lost for 20 s");
 
         // The leading mon killed: the other takes over its work.
         let leader = cluster.leading_mon();

@@ -71,11 +71,10 @@ pub trait MetaStore: Send + Sync {
     /// Revokes the lease, deleting its keys. An unknown lease gives [`MetaError::LeaseExpired`].
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), MetaError>;
 
-    /// Whether a majority of the store's voting members each said, during this call, that it
-    /// knows of no leader (ADR 0028): no lease is revoked until a leader is elected, and the
-    /// election gives every lease its whole TTL again. `false` when that is not shown (a member
-    /// named a leader, too few answered) and for a store of one member, which has no leader to
-    /// lose.
+    /// Whether every voting member of the store said, during this call, that it knows of no
+    /// leader (ADR 0028): no lease is revoked until a leader is elected, and the election gives
+    /// every lease its whole TTL again. `false` when that is not shown (a member named a leader
+    /// or did not answer) and for a store of one member, which has no leader to lose.
     async fn leaderless(&self) -> Result<bool, MetaError> {
         Ok(false)
     }

@@ -172,7 +172,30 @@ async fn get_cluster(State(shared): State<Arc<Shared>>) -> ApiResult<Json<Cluste
     }))
 }
 
+/// How long `GET /status` waits for the store before it answers from the last map it watched.
+const STATUS_STORE_WAIT: Duration = Duration::from_secs(3);
+
 async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusView>> {
+    let store_error = match tokio::time::timeout(STATUS_STORE_WAIT, status_from_store(&shared)).await {
+        Ok(Ok(view)) => return Ok(Json(view)),
+        Ok(Err(error)) if error.status == StatusCode::SERVICE_UNAVAILABLE => error.message,
+        Ok(Err(error)) => return Err(error),
+        Err(_) => format!("the metadata store did not answer within {} s", STATUS_STORE_WAIT.as_secs()),
+    };
+    // The store cannot be read (lost its quorum, or this mon is cut off from it): what the OSDs
+    // serve does not depend on it, so the status is still worth telling, from the last map.
+    let map = shared.watcher.current();
+    let answers = ask_osds(&map).await;
+    let pgs = views::all_pg_views(&map, &answers);
+    let osds_down = shared.down_since(&map);
+    let recovery = shared.recovery(&pgs, shared.cluster.object_size_bytes);
+    let mut view =
+        views::status_view(shared.cluster.cluster_id.clone(), None, &map, &answers, &pgs, osds_down, recovery);
+    view.store_error = Some(store_error);
+    Ok(Json(view))
+}
+
+async fn status_from_store(shared: &Shared) -> ApiResult<StatusView> {
     let store = shared.store.as_ref();
     let cluster = admin::cluster_record(store).await?;
     let map = cluster_watch::load(store).await?;
@@ -182,7 +205,7 @@ async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusV
     let osds_down = shared.down_since(&map);
     let recovery = shared.recovery(&pgs, cluster.object_size_bytes);
     let leader = leader(store).await?;
-    Ok(Json(views::status_view(cluster.cluster_id, leader, &map, &answers, &pgs, osds_down, recovery)))
+    Ok(views::status_view(cluster.cluster_id, leader, &map, &answers, &pgs, osds_down, recovery))
 }
 
 #[derive(Deserialize)]

@@ -126,6 +126,10 @@ pub(crate) struct Shared {
     pub recovery_rate: std::sync::Mutex<recovery_rate::RecoveryRate>,
     /// The OSDs of this process, if it runs any (`Mon::serve_local_osds`).
     pub local_osds: std::sync::OnceLock<Arc<dyn LocalOsds>>,
+    /// The cluster map as this mon last saw it, for answers when the store cannot be read.
+    pub watcher: Arc<MapWatcher>,
+    /// The cluster record, which never changes once created.
+    pub cluster: cluster::ClusterRecord,
 }
 
 impl Shared {
@@ -259,6 +263,8 @@ impl Mon {
             down: Default::default(),
             recovery_rate: Default::default(),
             local_osds: Default::default(),
+            watcher: watcher.clone(),
+            cluster,
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
@@ -279,7 +285,7 @@ impl Mon {
         tracing::info!(
             mon = %shared.config.mon_id,
             api = %shared.config.api_address,
-            cluster_id = %cluster.cluster_id,
+            cluster_id = %shared.cluster.cluster_id,
             meta = %shared.config.meta_url,
             "mon started"
         );

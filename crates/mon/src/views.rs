@@ -533,6 +533,10 @@ pub struct StatusView {
     /// The OSDs at or past the near-full ratio, fullest first.
     #[serde(default)]
     pub osds_full: Vec<OsdFullView>,
+    /// Set when the mon could not read the metadata store (it lost its quorum, or this mon is
+    /// cut off from it): why, and that the rest is the mon's last view of the cluster map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_error: Option<String>,
 }
 
 /// An OSD whose drive is near full or full (`nearfull_ratio_percent`, `full_ratio_percent`).
@@ -722,6 +726,7 @@ pub fn status_view(
             reporting_osds: reporting,
         },
         osds_full: osds_full(map, answers),
+        store_error: None,
     }
 }
 

@@ -2,16 +2,18 @@
 //! lease may have expired acknowledges nothing.
 //!
 //! The OSD grants a lease, creates its liveness key with a create-if-absent transaction attached
-//! to the lease, and renews the lease every third of its TTL. It may serve ops until the TTL,
+//! to the lease, and renews the lease every sixth of its TTL (so a quorum loss of the store is
+//! proven before the lease could run out, ADR 0028). It may serve ops until the TTL,
 //! minus a margin, has passed since the *send time* of the last successful renewal (or of the
 //! grant): the store counts the TTL from a later moment (when it received the request), so the
 //! OSD stops before the store can expire the key, and the mon reassigns PGs only after that.
 //!
 //! | event | serving | action |
 //! |---|---|---|
-//! | grant + create succeeded | until send time + TTL - margin | renew every TTL/3 |
-//! | renewal succeeded | until its send time + TTL - margin | renew again in TTL/3 |
+//! | grant + create succeeded | until send time + TTL - margin | renew every TTL/6 |
+//! | renewal succeeded | until its send time + TTL - margin | renew again in TTL/6 |
 //! | renewal failed or timed out | unchanged (runs out by itself) | retry every TTL/10 |
+//! | renewals fail, and every store member says it has no leader (ADR 0028) | until the question's send time + TTL - margin | ask again every TTL/12 |
 //! | renewal says `LeaseExpired` | no | register again with a new lease |
 //! | the mon marked this incarnation down (ADR 0015) | no | revoke the lease, register again |
 //! | key of an older incarnation exists | no | wait until it expires (another process may still hold it) |
@@ -36,6 +38,8 @@ pub(crate) struct Liveness {
     lease: Cell<Option<LeaseId>>,
     /// Ops may be acknowledged before this instant; `None`: not registered.
     serve_until: Cell<Option<Instant>>,
+    /// The send time of the last grant or renewal that succeeded.
+    renewed: Cell<Option<Instant>>,
     /// Whether the last check found the OSD fenced (to log transitions once).
     fenced_logged: Cell<bool>,
     /// Set by [`Liveness::end_incarnation`]: the keep-alive loop revokes the lease and registers
@@ -64,6 +68,7 @@ impl Liveness {
             margin,
             lease: Cell::new(None),
             serve_until: Cell::new(None),
+            renewed: Cell::new(None),
             fenced_logged: Cell::new(false),
             ending: Cell::new(false),
             wake: tokio::sync::Notify::new(),
@@ -145,6 +150,7 @@ impl Liveness {
         };
         if self.store.txn(txn).await?.succeeded {
             self.serve_until.set(Some(sent + self.ttl - self.margin));
+            self.renewed.set(Some(sent));
             self.fenced_logged.set(false);
             tracing::info!(key = %self.key, address = %self.address, incarnation = lease.0, "registered");
             return Ok(None);
@@ -162,9 +168,59 @@ impl Liveness {
         Ok(Some(kv.and_then(|kv| decode::<OsdLiveRecord>(&self.key, &kv.value).ok()).map_or(0, |r| r.incarnation)))
     }
 
-    /// Renews the lease for as long as the OSD runs; registers again when it is lost.
+    /// Renews the lease for as long as the OSD runs, registers again when it is lost, and rides
+    /// through a quorum loss of the store's own (ADR 0028).
     pub(crate) async fn keep_alive(&self) {
-        let interval = self.ttl / 3;
+        tokio::join!(self.renew(), self.ride_through_quorum_loss());
+    }
+
+    /// While renewals fail, asks the store every twelfth of the TTL whether every one of its
+    /// members knows of no leader (ADR 0028). If they all say so during a call that starts while
+    /// this OSD serves and ends within the fence margin (so before any leader could see the
+    /// lease expire), no leader then or since can revoke it before the call's start + TTL: that
+    /// start counts as a renewal. Nothing in the data path needs the store, so I/O goes on
+    /// until a leader is elected, when renewals succeed again.
+    async fn ride_through_quorum_loss(&self) {
+        let poll = (self.ttl / 12).max(Duration::from_millis(50));
+        // A renewal is overdue once its interval and a poll have passed since the last success.
+        let overdue = renewal_interval(self.ttl) + poll;
+        let mut riding_since = None;
+        loop {
+            tokio::time::sleep(poll).await;
+            let asked = Instant::now();
+            let (Some(until), Some(lease), Some(renewed)) =
+                (self.serve_until.get(), self.lease.get(), self.renewed.get())
+            else {
+                continue;
+            };
+            if riding_since.is_some_and(|since| renewed > since) {
+                tracing::info!(key = %self.key, "the store has a leader again; the lease is renewed");
+                riding_since = None;
+            }
+            if asked >= until || asked - renewed < overdue {
+                continue;
+            }
+            if !matches!(tokio::time::timeout(self.margin, self.store.leaderless()).await, Ok(Ok(true))) {
+                continue;
+            }
+            // The same incarnation, still serving: a mark or an expiry meanwhile wins.
+            let current = self.serve_until.get();
+            if self.lease.get() != Some(lease) || current.is_none_or(|current| asked >= current) {
+                continue;
+            }
+            let promised = asked + self.ttl - self.margin;
+            if current.is_some_and(|current| promised > current) {
+                self.serve_until.set(Some(promised));
+            }
+            if riding_since.is_none() {
+                tracing::warn!(key = %self.key, "the store has no leader anywhere: serving on while it elects one");
+                riding_since = Some(asked);
+            }
+        }
+    }
+
+    async fn renew(&self) {
+        let interval = renewal_interval(self.ttl);
         let retry = (self.ttl / 10).max(Duration::from_millis(50));
         let mut delay = interval;
         loop {
@@ -190,6 +246,7 @@ impl Liveness {
                 Ok(Ok(ttl_s)) => {
                     let ttl = Duration::from_secs(ttl_s).min(self.ttl);
                     self.serve_until.set(Some(sent + ttl.saturating_sub(self.margin)));
+                    self.renewed.set(Some(sent));
                     if self.fenced_logged.replace(false) {
                         tracing::info!(key = %self.key, "lease renewed; serving again");
                     }
@@ -205,7 +262,7 @@ impl Liveness {
                     delay = retry;
                 }
                 Err(_) => {
-                    self.note_failure("no reply within a third of the lease TTL");
+                    self.note_failure("no reply within a sixth of the lease TTL");
                     delay = retry;
                 }
             }
@@ -232,4 +289,10 @@ impl Liveness {
             Err(_) => tracing::warn!(key = %self.key, "revoking the lease timed out; the key expires with it"),
         }
     }
+}
+
+/// How often the lease is renewed: a sixth of the TTL, so a renewal that fails at a quorum loss
+/// of the store leaves the TTL less two intervals to prove it (ADR 0028).
+fn renewal_interval(ttl: Duration) -> Duration {
+    ttl / 6
 }

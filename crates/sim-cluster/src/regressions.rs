@@ -48,8 +48,10 @@ pub const OVERLAPPING_REGRESSIONS: [(u64, &str); 6] = [
 ];
 
 /// Seeds that once failed with an OSD that may join late, over everything above.
-pub const JOINING_REGRESSIONS: [(u64, &str); 1] = [
+pub const JOINING_REGRESSIONS: [(u64, &str); 3] = [
+    (294, "a primary deleted a late-listed member's copy holding writes no one acknowledged while that member was still in the latest recorded set; killed before copying the object back, it left that member to decide the next peering alone, without the object"),
     (420, "the harness took an OSD joining late onto a drive set to fail writes, which could not record its id, for a violation"),
+    (71458, "a primary discarded its copy one version below the newest, at the newest's version, then took the pulled newest for a copy it already held: the object stayed deleted and reads returned zeros"),
 ];
 
 /// Seeds that once failed with snapshots, clones and rollbacks taken, over everything above.

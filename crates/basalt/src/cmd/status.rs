@@ -21,6 +21,7 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
     let status: StatusView = decode(answer)?;
     let leader = match &status.leader {
         Some(leader) => format!("{} ({})", leader.mon, leader.address),
+        None if status.store_error.is_some() => "unknown (the store cannot be read)".into(),
         None => "none (no mon leads: PG tables are not updated)".into(),
     };
     let used = match status.capacity.used_bytes {
@@ -31,6 +32,10 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
         None => "not reported".into(),
     };
     println!("cluster   {}", status.cluster_id);
+    if let Some(error) = &status.store_error {
+        println!("store     UNAVAILABLE: {error}");
+        println!("          (what follows is this mon's last view; I/O goes on, changes wait for the store)");
+    }
     println!("leader    {leader}");
     println!("osds      {} up of {}", status.osds.up, status.osds.total);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |now| now.as_secs());

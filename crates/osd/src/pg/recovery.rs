@@ -104,13 +104,21 @@ impl Osd {
             version,
         };
         let written = match self.engine.submit(write(held)).await {
-            // Holding exactly that version already: the same contents.
-            Err(EngineError::StaleVersion { current, .. }) if current == held => Ok(()),
+            // Holding exactly that version already, as a copy: the same contents.
+            Err(EngineError::StaleVersion { current, .. })
+                if current == held && self.engine.with(|engine| engine.object_exists(object)) =>
+            {
+                Ok(())
+            }
             // This OSD knows a newer version than the newest a required set holds: a write no
-            // one acknowledged, or the delete that discarded it in this peering. The pulled
-            // copy replaces it at a version above (minted at this epoch, as a write would be);
-            // keeping the newer one, or nothing, would lose the acknowledged write.
+            // one acknowledged, or the delete that discarded it in this peering (which lands
+            // on the pulled version itself when the discarded copy was the one just before it).
+            // The pulled copy replaces it at a version above (minted at this epoch, as a write
+            // would be); keeping the newer one, or nothing, would lose the acknowledged write.
             Err(EngineError::StaleVersion { current, .. }) => {
+                if current == held {
+                    stdx::coverage::mark("recovery: a pulled copy lands on a delete at its own version");
+                }
                 let above = cluster::mint_version(epoch, Some(current));
                 tracing::info!(osd = self.id, pg = %pg, %object, pulled = held, current, above, "a pulled copy replaces a newer version no one acknowledged");
                 self.engine.submit(write(above)).await.map(|_| ())
@@ -472,6 +480,17 @@ impl Osd {
         if !beyond.is_empty() {
             stdx::coverage::mark("recovery: copies a member listed late holds beyond the primary's discarded");
             tracing::info!(osd = self.id, pg = %pg, member, objects = beyond.len(), "discarding copies no write acknowledged");
+            // A member of the latest recorded set is one whose copies a later peering trusts
+            // alone; once a copy is deleted, it holds less than the acknowledged writes until
+            // the object is copied back. So the set of this epoch's complete members (without
+            // it: it is still unlisted) is recorded first.
+            let trusted = state.with_active(|active| {
+                active.history.required().last().is_some_and(|set| set.members.contains(&member))
+            });
+            if trusted == Some(true) {
+                stdx::coverage::mark("recovery: the complete members recorded before a trusted member's copies go");
+                self.ensure_recorded(state).await.map_err(|error| error.to_string())?;
+            }
         }
         for (object, held) in beyond {
             self.still_current(state)?;
