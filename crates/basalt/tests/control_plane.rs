@@ -6,7 +6,8 @@
 //! from etcd, and the leading mon and etcd's leader are killed together before an OSD is.
 //! Meanwhile `basalt status` is asked of both mons every 200 ms: every call must be answered,
 //! fio must see no error and no write may take 5 s, and every PG must come out clean with its
-//! members equal.
+//! members equal. Last, two etcd members are killed for 12 s: writes wait (the OSDs cannot
+//! prove the quorum lost) and go on afterwards, with no error and nothing lost.
 
 mod common;
 
@@ -292,6 +293,27 @@ fn etcd_members_and_mons_lost_cost_no_io_error_and_no_unanswered_call() {
         prober.finish("across the control plane's faults");
         assert!(longest < Duration::from_secs(5), "a write waited {longest:?}");
         wait_until(Duration::from_secs(60), "every OSD up", || (up_osds_at().len() == OSDS).then_some(()));
+        wait_clean_at(APIS);
+        replicas_equal_at(APIS);
+
+        // etcd's quorum lost with two members killed: the one left cannot speak for them, so
+        // the OSDs stop acknowledging at their deadlines (ADR 0028). Writes wait, no I/O fails,
+        // and everything goes on once a leader is elected, with nothing lost.
+        let writer = start_timed_fio(&dir, 43, 30);
+        let prober = Prober::start();
+        std::thread::sleep(Duration::from_secs(3));
+        cluster.kill_etcd(1);
+        cluster.kill_etcd(2);
+        std::thread::sleep(Duration::from_secs(12));
+        cluster.restart_etcd(1);
+        cluster.restart_etcd(2);
+        eprintln!("control plane: etcd's quorum lost for 12 s, two members killed");
+        let longest = finish_timed_fio(writer, "across a quorum lost with two members down");
+        prober.finish("across a quorum lost with two members down");
+        assert!(
+            longest > Duration::from_secs(5),
+            "writes went on ({longest:?}) while no member could speak for the others"
+        );
         wait_clean_at(APIS);
         replicas_equal_at(APIS);
     });
