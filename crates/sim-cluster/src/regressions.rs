@@ -48,7 +48,9 @@ pub const OVERLAPPING_REGRESSIONS: [(u64, &str); 6] = [
 ];
 
 /// Seeds that once failed with an OSD that may join late, over everything above.
-pub const JOINING_REGRESSIONS: [(u64, &str); 3] = [
+pub const JOINING_REGRESSIONS: [(u64, &str); 5] = [
+    (63461, "a stray copy's delete, decided under an older map, committed after its OSD had listed the copy to a new primary, which then recorded that OSD clean: a later peering trusted it without the object and discarded the last copy of an acknowledged write"),
+    (23998, "peering waited for a member of an older recorded set whose drive had failed, although the latest set's member held every write: the PG never served again"),
     (294, "a primary deleted a late-listed member's copy holding writes no one acknowledged while that member was still in the latest recorded set; killed before copying the object back, it left that member to decide the next peering alone, without the object"),
     (420, "the harness took an OSD joining late onto a drive set to fail writes, which could not record its id, for a violation"),
     (71458, "a primary discarded its copy one version below the newest, at the newest's version, then took the pulled newest for a copy it already held: the object stayed deleted and reads returned zeros"),

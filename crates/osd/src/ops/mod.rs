@@ -195,6 +195,10 @@ pub(crate) struct Osd {
     pub(crate) scrubs: scrub::ScrubLog,
     /// PGs whose stray copies could not be removed, tried again after the pause.
     pub(crate) stray_failures: crate::pg::retry::PerPg,
+    /// Held by a stray copy's delete from its membership check to its commit, and by every
+    /// listing of a PG's objects, so a listing never names a copy a delete decided on under an
+    /// older map is about to remove (`stray.rs`).
+    pub(crate) stray_gate: tokio::sync::Mutex<()>,
     /// Members that answered a write with `NoSpace`, and when: new objects of their PGs are
     /// refused for [`MEMBER_FULL_HOLD`] before this OSD writes its own copy.
     pub(crate) members_full: std::cell::RefCell<std::collections::BTreeMap<u32, tokio::time::Instant>>,
@@ -288,6 +292,7 @@ impl Osd {
             pacer,
             scrubs: scrub::ScrubLog::default(),
             stray_failures: Default::default(),
+            stray_gate: tokio::sync::Mutex::new(()),
             members_full: Default::default(),
             quiet_activations: QuietActivations::default(),
             client_writes: WritesByRevision::default(),
@@ -474,7 +479,7 @@ impl Osd {
                 let (object, offset) = object();
                 self.sec_read(object, offset, length_bytes).await
             }
-            Request::SecList { pg, start, count_max } => Ok(self.sec_list(pg, pg_count, start, count_max)),
+            Request::SecList { pg, start, count_max } => Ok(self.sec_list(pg, pg_count, start, count_max).await),
             Request::ObjectInfo { .. } => self.object_info(object().0).await,
             Request::Flush => {
                 if let Ticket::Flush { mark } = ticket {

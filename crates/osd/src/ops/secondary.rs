@@ -120,8 +120,9 @@ impl Osd {
     }
 
     /// The PG's objects at or after `start`, in order, at most `count_max`.
-    pub(crate) fn sec_list(&self, pg: PgId, pg_count: u32, start: ObjectId, count_max: u32) -> Response {
+    pub(crate) async fn sec_list(&self, pg: PgId, pg_count: u32, start: ObjectId, count_max: u32) -> Response {
         let count_max = count_max.min(wire::limits::LIST_ENTRIES_MAX_COUNT) as usize;
+        let _gate = self.stray_gate.lock().await;
         let entries = self.engine.list_pg(pg, pg_count, start, count_max);
         Response::SecList {
             entries: entries.into_iter().map(|(object, version)| ListEntry { object, version }).collect(),

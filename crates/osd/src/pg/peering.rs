@@ -224,7 +224,9 @@ impl Osd {
                 }
             }
         }
+        let gate = self.stray_gate.lock().await;
         listings.insert(self.id, self.list_local(pg, view.pg_count));
+        drop(gate);
 
         let inputs = peering::Inputs {
             epoch: state.epoch,

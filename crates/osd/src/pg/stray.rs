@@ -72,23 +72,30 @@ impl Osd {
     }
 
     /// Deletes this OSD's copies of `pg` if its history is clean without this OSD.
+    ///
+    /// A listing is a promise: the primary that got it skips the copies it names, counts this
+    /// OSD complete and may record it so. So each delete checks membership, against the map the
+    /// history was read under, only once it holds the stray gate, and keeps the gate until the
+    /// delete commits: a listing (which takes the gate too) comes before the check, which then
+    /// sees the map that made this OSD a member again, or after the commit, and lacks the copy.
     async fn remove_stray_pg(&self, pg: PgId, objects: Vec<(ObjectId, u64)>) -> Result<(), String> {
+        let epoch = pg_epoch(&self.map.borrow(), pg);
         let (history, _) = super::history::read(self.store.as_ref(), pg).await?;
         let needed = history.required().any(|set| set.members.contains(&self.id));
         if history.clean.is_none() || needed {
             return Ok(());
         }
-        // The map may have made this OSD a member again while the history was read.
-        if self.is_member(&self.map.borrow().clone(), pg) {
-            return Ok(());
-        }
         stdx::coverage::mark("stray: copies of a pg left behind removed");
         tracing::info!(osd = self.id, pg = %pg, objects = objects.len(), "removing stray copies");
         for (object, held) in objects {
-            if self.is_member(&self.map.borrow().clone(), pg) {
+            let _gate = self.stray_gate.lock().await;
+            let _object = self.locks.write(object).await;
+            // A map that made this OSD a member again, or moved the PG on (its history may name
+            // this OSD now), ends the pass; the next one reads the history again.
+            let map = self.map.borrow().clone();
+            if self.is_member(&map, pg) || pg_epoch(&map, pg) != epoch {
                 return Ok(());
             }
-            let _object = self.locks.write(object).await;
             // Just above the held version: below any version a later epoch mints, so a later
             // copy to this OSD is accepted.
             match self.engine.submit(EngineRequest::DeleteVersioned { object, version: held + 1 }).await {
@@ -98,4 +105,9 @@ impl Osd {
         }
         Ok(())
     }
+}
+
+/// The PG's epoch in `map`, if the map has its table.
+fn pg_epoch(map: &ClusterMap, pg: PgId) -> Option<u64> {
+    map.pg_tables.get(&pg.pool)?.pgs.get(pg.pg as usize).map(|(epoch, _)| *epoch)
 }
