@@ -6,6 +6,7 @@
 //! when the metadata store failed. Reads go to the store on each request, so a read after a
 //! write on any mon sees the write.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,27 +186,35 @@ async fn get_status(State(shared): State<Arc<Shared>>) -> ApiResult<Json<StatusV
     // The store cannot be read (lost its quorum, or this mon is cut off from it): what the OSDs
     // serve does not depend on it, so the status is still worth telling, from the last map.
     let map = shared.watcher.current();
-    let answers = ask_osds(&map).await;
-    let pgs = views::all_pg_views(&map, &answers);
-    let osds_down = shared.down_since(&map);
-    let recovery = shared.recovery(&pgs, shared.cluster.object_size_bytes);
-    let mut view =
-        views::status_view(shared.cluster.cluster_id.clone(), None, &map, &answers, &pgs, osds_down, recovery);
+    let mut view = status_of(&shared, &map, None, None).await;
     view.store_error = Some(store_error);
     Ok(Json(view))
 }
 
 async fn status_from_store(shared: &Shared) -> ApiResult<StatusView> {
     let store = shared.store.as_ref();
-    let cluster = admin::cluster_record(store).await?;
     let map = cluster_watch::load(store).await?;
-    let answers = ask_osds(&map).await;
-    let mut pgs = views::all_pg_views(&map, &answers);
-    attach_scrubs(store, &mut pgs).await?;
-    let osds_down = shared.down_since(&map);
-    let recovery = shared.recovery(&pgs, cluster.object_size_bytes);
+    let scrubs = scrub::results(store).await?;
     let leader = leader(store).await?;
-    Ok(views::status_view(cluster.cluster_id, leader, &map, &answers, &pgs, osds_down, recovery))
+    Ok(status_of(shared, &map, leader, Some(&scrubs)).await)
+}
+
+/// The status of `map` as the OSDs answer for it now, with the scrub results when they could
+/// be read.
+async fn status_of(
+    shared: &Shared,
+    map: &ClusterMap,
+    leader: Option<LeaderView>,
+    scrubs: Option<&BTreeMap<(u32, u32), cluster::PgScrubRecord>>,
+) -> StatusView {
+    let answers = ask_osds(map).await;
+    let mut pgs = views::all_pg_views(map, &answers);
+    if let Some(scrubs) = scrubs {
+        attach(scrubs, &mut pgs);
+    }
+    let osds_down = shared.down_since(map);
+    let recovery = shared.recovery(&pgs, shared.cluster.object_size_bytes);
+    views::status_view(shared.cluster.cluster_id.clone(), leader, map, &answers, &pgs, osds_down, recovery)
 }
 
 #[derive(Deserialize)]
@@ -623,11 +632,15 @@ async fn change_settings(
 
 /// Adds each PG's last scrub to its view.
 async fn attach_scrubs(store: &dyn MetaStore, pgs: &mut [views::PgView]) -> ApiResult<()> {
-    let results = scrub::results(store).await?;
+    attach(&scrub::results(store).await?, pgs);
+    Ok(())
+}
+
+/// Each PG's last scrub, from `results`.
+fn attach(results: &BTreeMap<(u32, u32), cluster::PgScrubRecord>, pgs: &mut [views::PgView]) {
     for pg in pgs {
         pg.scrub = results.get(&(pg.pool, pg.pg)).map(|record| views::PgScrubView::of(pg.pool, pg.pg, record));
     }
-    Ok(())
 }
 
 async fn request_scrub(

@@ -79,7 +79,7 @@ impl Osd {
     /// delete commits: a listing (which takes the gate too) comes before the check, which then
     /// sees the map that made this OSD a member again, or after the commit, and lacks the copy.
     async fn remove_stray_pg(&self, pg: PgId, objects: Vec<(ObjectId, u64)>) -> Result<(), String> {
-        let epoch = pg_epoch(&self.map.borrow(), pg);
+        let epoch = self.map.borrow().pg_epoch_and_primary(pg.pool, pg.pg).map(|(epoch, _)| epoch);
         let (history, _) = super::history::read(self.store.as_ref(), pg).await?;
         let needed = history.required().any(|set| set.members.contains(&self.id));
         if history.clean.is_none() || needed {
@@ -93,7 +93,7 @@ impl Osd {
             // A map that made this OSD a member again, or moved the PG on (its history may name
             // this OSD now), ends the pass; the next one reads the history again.
             let map = self.map.borrow().clone();
-            if self.is_member(&map, pg) || pg_epoch(&map, pg) != epoch {
+            if self.is_member(&map, pg) || map.pg_epoch_and_primary(pg.pool, pg.pg).map(|(epoch, _)| epoch) != epoch {
                 return Ok(());
             }
             // Just above the held version: below any version a later epoch mints, so a later
@@ -105,9 +105,4 @@ impl Osd {
         }
         Ok(())
     }
-}
-
-/// The PG's epoch in `map`, if the map has its table.
-fn pg_epoch(map: &ClusterMap, pg: PgId) -> Option<u64> {
-    map.pg_tables.get(&pg.pool)?.pgs.get(pg.pg as usize).map(|(epoch, _)| *epoch)
 }
