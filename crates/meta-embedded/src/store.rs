@@ -110,6 +110,8 @@ struct State {
     history_event_count: usize,
     /// The oldest revision whose events are all in `history`; older ones are gone.
     history_first_revision: i64,
+    /// Whether no lease expires now (`EmbeddedMetaStore::hold_leases`).
+    leases_held: bool,
 }
 
 impl State {
@@ -123,6 +125,7 @@ impl State {
             history: VecDeque::new(),
             history_event_count: 0,
             history_first_revision: revision + 1,
+            leases_held: false,
         }
     }
 
@@ -131,7 +134,7 @@ impl State {
     }
 
     fn lease_is_live(&self, lease: LeaseId, now: Instant) -> bool {
-        self.leases.get(&lease).is_some_and(|lease| lease.deadline > now)
+        self.leases.get(&lease).is_some_and(|lease| self.leases_held || lease.deadline > now)
     }
 }
 
@@ -194,6 +197,30 @@ impl EmbeddedMetaStore {
             })?;
         tokio::spawn(run_lease_expiry(Arc::downgrade(&inner), inner.lease_wakeup.clone()));
         Ok(EmbeddedMetaStore { inner })
+    }
+
+    /// Stops expiring leases until [`EmbeddedMetaStore::release_leases`]: a lease past its
+    /// deadline meanwhile is still live. This is what an etcd cluster does while it has no
+    /// leader (only a leader revokes leases), for a simulation of etcd's elections.
+    pub fn hold_leases(&self) {
+        self.inner.state.write().expect("state lock").leases_held = true;
+        self.inner.lease_wakeup.notify_one();
+    }
+
+    /// Expires leases again: with `renew`, each given its whole TTL from now, as an etcd member
+    /// that becomes the leader does (etcd adds an election timeout); without, on the deadlines
+    /// they had, as a leader that resumes before anyone replaced it does.
+    pub fn release_leases(&self, renew: bool) {
+        let mut state = self.inner.state.write().expect("state lock");
+        let now = Instant::now();
+        state.leases_held = false;
+        if renew {
+            for lease in state.leases.values_mut() {
+                lease.deadline = now + Duration::from_secs(lease.ttl_s);
+            }
+        }
+        drop(state);
+        self.inner.lease_wakeup.notify_one();
     }
 
     /// A store with no files (its endpoint is `memory`): it starts empty, and what it holds
@@ -358,7 +385,7 @@ impl Inner {
             let Some(entry) = state.leases.get(&lease) else {
                 return Err(MetaError::LeaseExpired { lease });
             };
-            if only_if_expired && entry.deadline > Instant::now() {
+            if only_if_expired && (state.leases_held || entry.deadline > Instant::now()) {
                 return Ok(());
             }
             entry.keys.iter().map(|key| Change::Delete { key: key.clone() }).collect()
@@ -512,7 +539,11 @@ async fn run_lease_expiry(inner: Weak<Inner>, wakeup: Arc<Notify>) {
             let now = Instant::now();
             let expired: Vec<LeaseId> = {
                 let state = inner.state.read().expect("state lock");
-                state.leases.iter().filter(|(_, lease)| lease.deadline <= now).map(|(id, _)| *id).collect()
+                if state.leases_held {
+                    Vec::new()
+                } else {
+                    state.leases.iter().filter(|(_, lease)| lease.deadline <= now).map(|(id, _)| *id).collect()
+                }
             };
             for lease in expired {
                 match inner.write("", move |inner| inner.revoke(lease, true)).await {
@@ -521,7 +552,12 @@ async fn run_lease_expiry(inner: Weak<Inner>, wakeup: Arc<Notify>) {
                 }
             }
             let state = inner.state.read().expect("state lock");
-            state.leases.values().map(|lease| lease.deadline).min()
+            // Held leases wait for `release_leases`, which wakes this task.
+            if state.leases_held {
+                None
+            } else {
+                state.leases.values().map(|lease| lease.deadline).min()
+            }
         };
         match next_deadline {
             Some(deadline) => {
@@ -679,8 +715,9 @@ impl MetaStore for EmbeddedMetaStore {
     async fn lease_keep_alive(&self, lease: LeaseId) -> Result<u64, MetaError> {
         let mut state = self.inner.state.write().expect("state lock");
         let now = Instant::now();
+        let held = state.leases_held;
         match state.leases.get_mut(&lease) {
-            Some(entry) if entry.deadline > now => {
+            Some(entry) if held || entry.deadline > now => {
                 entry.deadline = now + Duration::from_secs(entry.ttl_s);
                 Ok(entry.ttl_s)
             }

@@ -3,7 +3,7 @@
 //! This is the production backend: etcd provides the consensus, so the metadata of a real
 //! cluster survives the loss of a minority of etcd members. The trait's model is etcd's, so the
 //! mapping is direct; what this crate adds is error mapping (gRPC statuses to `MetaError`),
-//! failover between the members it was given (`members.rs`: a request that meets a dead, hung
+//! failover between the members it was given (`meta::members`: a request that meets a dead, hung
 //! or cut-off member is retried on the next within [`REQUEST_TIMEOUT`], and that member is
 //! passed over for a while), bounded waits on every unary call, paginated listings at one
 //! revision, watch streams that end with an explicit error when the connection breaks, and one
@@ -24,7 +24,6 @@
 
 mod convert;
 mod leaderless;
-mod members;
 mod watch;
 
 /// The generated messages and clients of `proto/etcd.proto`.
@@ -39,9 +38,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use meta::members::Members;
 use meta::{LeaseId, Listing, MetaError, MetaStore, Txn, TxnOp, TxnResponse, WatchStream};
 use tokio::sync::mpsc;
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::time::{timeout, Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::InterceptedService;
 use tonic::metadata::MetadataValue;
@@ -55,14 +55,7 @@ use etcdserverpb::lease_client::LeaseClient;
 use etcdserverpb::maintenance_client::MaintenanceClient;
 use etcdserverpb::watch_client::WatchClient;
 
-/// How long a unary call may take, over every member it is tried on, before it fails with
-/// `MetaError::Unavailable`.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long one member may take to answer before the request goes to the next: a request
-/// takes milliseconds; a member silent this long is hung or cut off.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
-/// The pause before trying again once every member has failed to answer.
-const ALL_FAILED_PAUSE: Duration = Duration::from_millis(200);
+pub use meta::members::{ATTEMPT_TIMEOUT, REQUEST_TIMEOUT};
 /// How long connecting to an endpoint may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 keep-alive: a silent connection is declared dead after about twice this.
@@ -96,7 +89,7 @@ macro_rules! on_member {
 pub struct EtcdMetaStore {
     /// One connection per member, in the order given.
     clients: Vec<Clients>,
-    members: members::Members,
+    members: Members,
     endpoint: String,
     /// One keep-alive stream per lease, created on the first keep-alive.
     keepers: Mutex<HashMap<LeaseId, Arc<tokio::sync::Mutex<Option<Keeper>>>>>,
@@ -124,7 +117,7 @@ struct Keeper {
 
 impl EtcdMetaStore {
     /// Connects to the etcd cluster at `endpoints` (`http://host:port` or `host:port`) and
-    /// checks that one of them answers. Requests go to one member at a time (`members.rs`).
+    /// checks that one of them answers. Requests go to one member at a time (`meta::members`).
     pub async fn connect(endpoints: &[String]) -> Result<EtcdMetaStore, MetaError> {
         let endpoint = endpoints.join(",");
         if endpoints.is_empty() {
@@ -150,7 +143,7 @@ impl EtcdMetaStore {
                 cluster: ClusterClient::new(channel),
             });
         }
-        let members = members::Members::new(clients.len());
+        let members = Members::new(clients.iter().map(|clients| clients.url.clone()).collect());
         let store = EtcdMetaStore { clients, members, endpoint, keepers: Mutex::new(HashMap::new()) };
         store.current_revision().await?;
         Ok(store)
@@ -165,43 +158,12 @@ impl EtcdMetaStore {
         F: Fn(Clients) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
-        let deadline = Instant::now() + REQUEST_TIMEOUT;
-        loop {
-            let member = self.members.pick();
-            let attempt_deadline = deadline.min(Instant::now() + ATTEMPT_TIMEOUT);
-            let error = match timeout_at(attempt_deadline, call(self.clients[member].clone())).await {
-                Ok(Ok(value)) => {
-                    self.members.answered(member);
-                    return Ok(value);
-                }
-                Ok(Err(status)) => match self.map_status(member, key, lease, &status) {
-                    error @ MetaError::Unavailable { .. } => error,
-                    refusal => {
-                        self.members.answered(member);
-                        return Err(refusal);
-                    }
-                },
-                Err(_) => MetaError::unavailable(
-                    self.clients[member].url.clone(),
-                    format!("no answer within {ATTEMPT_TIMEOUT:?} to a request on key {key:?}"),
-                ),
-            };
-            self.next_member(member, error, deadline).await?;
-        }
-    }
-
-    /// Passes over `member`, which did not answer (with `error`); the error once `deadline`
-    /// has passed, else after a pause if every member is passed over.
-    async fn next_member(&self, member: usize, error: MetaError, deadline: Instant) -> Result<(), MetaError> {
-        self.members.failed(member);
-        tracing::debug!(%error, member = %self.clients[member].url, "etcd member did not answer; trying the next");
-        if Instant::now() >= deadline {
-            return Err(error);
-        }
-        if self.members.all_set_aside() {
-            tokio::time::sleep_until(deadline.min(Instant::now() + ALL_FAILED_PAUSE)).await;
-        }
-        Ok(())
+        self.members
+            .call(&format!("a request on key {key:?}"), |member| {
+                let attempt = call(self.clients[member].clone());
+                async move { attempt.await.map_err(|status| self.map_status(member, key, lease, &status)) }
+            })
+            .await
     }
 
     /// Runs one unary call and returns its message.
@@ -427,7 +389,7 @@ impl MetaStore for EtcdMetaStore {
                 ),
             };
             *slot = None;
-            if let Err(error) = self.next_member(member, error, deadline).await {
+            if let Err(error) = self.members.next_member(member, error, deadline).await {
                 self.forget_keeper(lease);
                 return Err(error);
             }

@@ -16,6 +16,7 @@
 pub mod conformance;
 mod election;
 mod error;
+pub mod members;
 pub mod serde_hex;
 mod store;
 mod types;

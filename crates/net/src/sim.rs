@@ -18,7 +18,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -33,6 +33,8 @@ const PIPE_BYTES_MAX: usize = 4 << 20;
 thread_local! {
     static NETWORK: RefCell<Option<SimNet>> = const { RefCell::new(None) };
     static NODE: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+    /// The paused nodes, each with the wakers of its tasks that found it paused.
+    static PAUSED: RefCell<Vec<(Arc<str>, Vec<Waker>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// How the simulated network behaves. tokio's timers fire on whole milliseconds, so latencies
@@ -110,6 +112,7 @@ impl SimNet {
     /// Removes the current thread's network.
     pub fn uninstall() {
         NETWORK.with(|network| *network.borrow_mut() = None);
+        PAUSED.with(|paused| paused.borrow_mut().clear());
     }
 
     /// Runs `future` as node `node`: connections it opens start from that node.
@@ -121,6 +124,33 @@ impl SimNet {
     /// the runtime (`tokio::spawn`) does not inherit it. Outside a simulation, `future` as is.
     pub fn inherit<F: Future>(future: F) -> OnNode<F> {
         OnNode { node: Self::current_node(), future: Box::pin(future) }
+    }
+
+    /// Pauses every task that runs as `node` ([`SimNet::on_node`], [`SimNet::inherit`]) as
+    /// SIGSTOP pauses a process: none is polled until [`SimNet::resume_node`]. Its sockets keep
+    /// filling meanwhile.
+    pub fn pause_node(node: &str) {
+        PAUSED.with(|paused| {
+            let mut paused = paused.borrow_mut();
+            if !paused.iter().any(|(name, _)| &**name == node) {
+                paused.push((Arc::from(node), Vec::new()));
+            }
+        });
+    }
+
+    /// Resumes the tasks of `node`, paused by [`SimNet::pause_node`].
+    pub fn resume_node(node: &str) {
+        let wakers = PAUSED.with(|paused| {
+            let mut paused = paused.borrow_mut();
+            let at = paused.iter().position(|(name, _)| &**name == node);
+            at.map(|at| paused.remove(at).1).unwrap_or_default()
+        });
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Whether `node` is paused.
+    pub fn is_paused(node: &str) -> bool {
+        PAUSED.with(|paused| paused.borrow().iter().any(|(name, _)| &**name == node))
     }
 
     /// The node the current task runs as (inside [`SimNet::on_node`]), if any.
@@ -313,6 +343,16 @@ impl<F: Future> Future for OnNode<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        if let Some(node) = &self.node {
+            let paused = PAUSED.with(|paused| {
+                let mut paused = paused.borrow_mut();
+                let entry = paused.iter_mut().find(|(name, _)| name == node);
+                entry.map(|(_, wakers)| wakers.push(cx.waker().clone())).is_some()
+            });
+            if paused {
+                return Poll::Pending;
+            }
+        }
         let previous = NODE.with(|node| std::mem::replace(&mut *node.borrow_mut(), self.node.clone()));
         let result = self.future.as_mut().poll(cx);
         NODE.with(|node| *node.borrow_mut() = previous);

@@ -177,3 +177,32 @@ async fn a_stream_reads_and_writes_through_tokio_io_with_cuts_and_resets() {
     assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
     SimNet::uninstall();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_node_runs_none_of_its_tasks_until_resumed() {
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counter = ticks.clone();
+    let task = tokio::spawn(SimNet::on_node("mon", async move {
+        // A task the node spawns onto the runtime, as the mon's tasks are, pauses with it.
+        tokio::spawn(SimNet::inherit(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }))
+        .await
+    }));
+    tokio::time::sleep(Duration::from_millis(105)).await;
+    let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(before, 10);
+    SimNet::pause_node("mon");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(ticks.load(std::sync::atomic::Ordering::Relaxed), before, "no tick while paused");
+    SimNet::resume_node("mon");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(ticks.load(std::sync::atomic::Ordering::Relaxed), before + 1, "the missed timer fires at once");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(ticks.load(std::sync::atomic::Ordering::Relaxed) > before + 1);
+    task.abort();
+    SimNet::uninstall();
+}

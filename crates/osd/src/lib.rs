@@ -263,30 +263,33 @@ pub async fn serve(
     };
     let geometry = superblock.geometry;
     let mut stop = std::pin::pin!(stop);
-    tokio::select! {
-        biased;
-        _ = &mut stop => return Ok(()),
-        checked = registration::check_cluster(store.as_ref(), &path, geometry.object_size_bytes) => checked?,
-    }
     let identity = Identity {
         host: config.host.clone().unwrap_or_else(registration::hostname),
         rack: config.rack.clone().unwrap_or_else(|| "default".into()),
         tags: config.tags.clone(),
         capacity_bytes: u64::from(geometry.block_count) * u64::from(geometry.object_size_bytes),
     };
-    let id = if superblock.osd_id == 0 {
-        let id = registration::allocate_id(store.as_ref(), &identity).await?;
+    // Each step waits for a store it cannot reach (`registration::patiently`), until stopped.
+    let registered = async {
+        registration::check_cluster(store.as_ref(), &path, geometry.object_size_bytes).await?;
+        if superblock.osd_id != 0 {
+            let id = u32::try_from(superblock.osd_id)
+                .map_err(|_| OsdError::InvalidOsdId { path: path.clone(), osd_id: superblock.osd_id })?;
+            registration::patiently(|| registration::ensure_record(store.as_ref(), id, &identity)).await?;
+            return Ok(id);
+        }
+        let id = registration::patiently(|| registration::allocate_id(store.as_ref(), &identity)).await?;
         Engine::set_osd_id(&mut disk, u64::from(id)).map_err(|source| OsdError::SetOsdId {
             path: path.clone(),
             osd: id,
             source,
         })?;
-        id
-    } else {
-        let id = u32::try_from(superblock.osd_id)
-            .map_err(|_| OsdError::InvalidOsdId { path: path.clone(), osd_id: superblock.osd_id })?;
-        registration::ensure_record(store.as_ref(), id, &identity).await?;
-        id
+        Ok::<u32, OsdError>(id)
+    };
+    let id = tokio::select! {
+        biased;
+        _ = &mut stop => return Ok(()),
+        registered = registered => registered?,
     };
 
     // Replays the journal on this thread: nothing is served yet.
@@ -294,8 +297,10 @@ pub async fn serve(
     let engine = Rc::new(EngineIo::new(engine, disk_ready, config.spin));
     let driver = tokio::task::spawn_local(engine.clone().drive());
 
-    let watcher =
-        cluster_watch::MapWatcher::start(store.clone()).await.map_err(OsdError::meta("loading the cluster map"))?;
+    let watcher = registration::patiently(|| async {
+        cluster_watch::MapWatcher::start(store.clone()).await.map_err(OsdError::meta("loading the cluster map"))
+    })
+    .await?;
     let liveness = Rc::new(Liveness::new(
         store.clone(),
         id,

@@ -12,8 +12,13 @@
 //!
 //! A crash between the allocation and the superblock write wastes one id: the record stays
 //! without a drive, and the next start allocates another. An admin removes the orphan.
+//!
+//! Every step waits for a metadata store it cannot reach ([`patiently`]): an OSD started while
+//! the store elects a leader, or across a network cut, waits for it as it would for its lease
+//! later, rather than exit for its supervisor to start it again and again.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
@@ -38,23 +43,32 @@ const TXN_ATTEMPTS_MAX: usize = 100;
 /// How long a start waits between tries of a metadata store it cannot reach, at most.
 const STORE_WAIT_MAX: Duration = Duration::from_secs(5);
 
-/// Refuses an engine whose object size differs from the cluster's. A cluster without its
-/// record yet (no mon has run) is accepted with a warning. The first call an OSD makes to the
-/// metadata store: while the store cannot be reached (an OSD started during a network cut), it
-/// waits and tries again, as it would for its lease later, rather than exit for its
-/// supervisor to start it again and again.
-pub(crate) async fn check_cluster(store: &dyn MetaStore, path: &Path, engine_bytes: u32) -> Result<(), OsdError> {
+/// Runs `step` until the metadata store answers it: while the store cannot be reached, waits
+/// (longer each time, up to [`STORE_WAIT_MAX`]) and runs it again. Every step of a start is
+/// safe to run again: it reads before it writes, and writes with compares.
+pub(crate) async fn patiently<T, F, Fut>(mut step: F) -> Result<T, OsdError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, OsdError>>,
+{
     let mut pause = Duration::from_millis(100);
-    let kv = loop {
-        match store.get(keys::CLUSTER).await {
-            Err(source @ MetaError::Unavailable { .. }) => {
-                tracing::warn!(error = %source, retry_in_ms = pause.as_millis() as u64, "the metadata store cannot be reached; waiting for it");
+    loop {
+        match step().await {
+            Err(OsdError::Meta { context, source: source @ MetaError::Unavailable { .. } }) => {
+                tracing::warn!(%context, error = %source, retry_in_ms = pause.as_millis() as u64, "the metadata store cannot be reached; waiting for it");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(STORE_WAIT_MAX);
             }
-            other => break other.map_err(OsdError::meta(format!("reading {}", keys::CLUSTER)))?,
+            other => return other,
         }
-    };
+    }
+}
+
+/// Refuses an engine whose object size differs from the cluster's. A cluster without its
+/// record yet (no mon has run) is accepted with a warning.
+pub(crate) async fn check_cluster(store: &dyn MetaStore, path: &Path, engine_bytes: u32) -> Result<(), OsdError> {
+    let read = || async { store.get(keys::CLUSTER).await.map_err(OsdError::meta(format!("reading {}", keys::CLUSTER))) };
+    let kv = patiently(read).await?;
     let Some(kv) = kv else {
         tracing::warn!(key = keys::CLUSTER, "the cluster record does not exist yet; the object size is not checked");
         return Ok(());

@@ -25,6 +25,7 @@ use crate::commits::Commits;
 use crate::down_reports::SimDownReporter;
 use crate::history::History;
 use crate::node_store::{NodeStore, StoreFaults, STORE_NODE};
+use crate::store_members::StoreMembers;
 use crate::pause::PauseSwitch;
 use crate::trace::{fnv1a, Trace};
 use crate::{clock, workload, Outcome, SimOptions};
@@ -37,6 +38,9 @@ pub(crate) const PG_COUNT: u64 = 8;
 pub(crate) const HOST_PREFIX: &str = "host-";
 /// The mon's node on the simulated network.
 pub(crate) const MON_NODE: &str = "mon";
+/// The mons of a control plane of two (`SimOptions::control_plane`): each one's node and name.
+/// The first is the one mon of the other runs.
+pub(crate) const MONS: [(&str, &str); 2] = [(MON_NODE, "mon-a"), ("mon-b", "mon-b")];
 /// How long a graceful stop may take (the OSD's own budget is 3 s, `OsdConfig::shutdown_timeout`).
 const GRACEFUL_STOP_DEADLINE: Duration = Duration::from_secs(20);
 /// How long the cluster may take to serve before the run gives up on it.
@@ -104,8 +108,8 @@ pub(crate) struct Nodes {
     pub(crate) lease: Duration,
     /// How clients and OSDs report an OSD gone to the mon.
     pub(crate) reporter: SimDownReporter,
-    /// The mon, while it runs.
-    mon: RefCell<Option<MonProcess>>,
+    /// The mons (one, or [`MONS`]), each with its process while it runs.
+    mons: Vec<RefCell<Option<MonProcess>>>,
     /// The node whose data had bits flipped, if any did (`replicas.rs` lets it answer
     /// `Corrupt`).
     pub(crate) rotted: RefCell<Option<String>>,
@@ -143,9 +147,29 @@ impl Nodes {
         self.osds.borrow()[index].name.clone()
     }
 
-    /// Whether the mon runs.
+    /// Whether a mon runs that can lead: not paused, and the store has a leader.
     pub(crate) fn mon_running(&self) -> bool {
-        self.mon.borrow().is_some()
+        let store_leads = self.store_faults.members().is_none_or(|members| members.leader().is_some());
+        let running = (0..self.mons.len())
+            .any(|index| self.mons[index].borrow().is_some() && !SimNet::is_paused(MONS[index].0));
+        running && store_leads
+    }
+
+    /// The mons of the control plane.
+    pub(crate) fn mon_count(&self) -> usize {
+        self.mons.len()
+    }
+
+    /// Mon `index`'s node.
+    pub(crate) fn mon_node(&self, index: usize) -> &'static str {
+        MONS[index].0
+    }
+
+    /// The mon that leads, as the store says (a leader that lost its lease may not know yet).
+    pub(crate) async fn leading_mon(&self) -> Option<usize> {
+        let kv = self.store.get(cluster::keys::MON_LEADER).await.ok()??;
+        let leader: cluster::LeaderRecord = cluster::records::decode(cluster::keys::MON_LEADER, &kv.value).ok()?;
+        (0..self.mons.len()).find(|&index| MONS[index].1 == leader.mon)
     }
 
     /// Whether OSD `index`'s process runs (it may have stopped on a failed drive).
@@ -184,23 +208,38 @@ impl Nodes {
         self.run.record(format_args!("fault: {name} killed"));
     }
 
-    /// Kills the mon as a power loss would (its tasks and connections gone at once; what it
+    /// Kills mon `index` as a power loss would (its tasks and connections gone at once; what it
     /// holds is in the store, and its leadership lapses with its lease).
-    pub(crate) async fn kill_mon(&self) {
-        let Some(mon) = self.mon.take() else { return };
+    pub(crate) async fn kill_mon(&self, index: usize) {
+        let Some(mon) = self.mons[index].take() else { return };
+        let node = MONS[index].0;
+        SimNet::resume_node(node);
         mon.task.abort();
         let _ = mon.task.await;
-        self.network.kill(MON_NODE);
-        self.run.record("fault: mon killed");
+        self.network.kill(node);
+        self.run.record(format_args!("fault: {node} killed"));
     }
 
-    /// Starts the mon again, if it is down.
-    pub(crate) fn restart_mon(&self) {
-        if self.mon.borrow().is_some() {
+    /// Starts mon `index` again, if it is down.
+    pub(crate) fn restart_mon(&self, index: usize) {
+        if self.mons[index].borrow().is_some() {
             return;
         }
-        self.run.record("fault: mon restarted");
-        self.mon.replace(Some(start_mon(&self.network, &self.store, &self.store_faults, &self.run)));
+        self.run.record(format_args!("fault: {} restarted", MONS[index].0));
+        let process = start_mon(&self.network, &self.store, &self.store_faults, &self.run, index);
+        self.mons[index].replace(Some(process));
+    }
+
+    /// Pauses mon `index` as SIGSTOP would, or resumes it.
+    pub(crate) fn pause_mon(&self, index: usize, paused: bool) {
+        let node = MONS[index].0;
+        if paused {
+            SimNet::pause_node(node);
+            self.run.record(format_args!("fault: {node} paused"));
+        } else if SimNet::is_paused(node) {
+            SimNet::resume_node(node);
+            self.run.record(format_args!("fault: {node} resumed"));
+        }
     }
 
     /// Stops OSD `index` as SIGTERM does (`Stop::Graceful`) and waits until it has.
@@ -305,7 +344,8 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
             if options.late_join { ", the last OSD joins late" } else { "" }
         ));
     }
-    let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::in_memory(EmbeddedOptions::default()));
+    let embedded = EmbeddedMetaStore::in_memory(EmbeddedOptions::default());
+    let store: Arc<dyn MetaStore> = Arc::new(embedded.clone());
     let record = ClusterRecord {
         version: FORMAT_VERSION,
         cluster_id: format!("sim-{seed:016x}"),
@@ -314,10 +354,17 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
     store.put(cluster::keys::CLUSTER, encode(&record), None).await.expect("the cluster record");
     let recorder = tokio::task::spawn_local(record_commits(store.clone(), run.clone()));
 
-    let store_faults = StoreFaults::default();
-    let mon_view: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), MON_NODE, &network, &store_faults));
-    let reporter = SimDownReporter::new(mon_view, &network);
-    let mon = start_mon(&network, &store, &store_faults, &run);
+    let (store_faults, mon_count) = match options.control_plane {
+        true => (StoreFaults::with_members(StoreMembers::new(embedded)), MONS.len()),
+        false => (StoreFaults::default(), 1),
+    };
+    let mon_views: Vec<(&str, Arc<dyn MetaStore>)> = MONS[..mon_count]
+        .iter()
+        .map(|&(node, _)| (node, Arc::new(NodeStore::new(store.clone(), node, &network, &store_faults)) as _))
+        .collect();
+    let reporter = SimDownReporter::new(mon_views, (mon_count > 1).then(|| store.clone()), &network);
+    let mons = (0..mon_count).map(|index| RefCell::new(Some(start_mon(&network, &store, &store_faults, &run, index))));
+    let mons = mons.collect();
 
     let mut osds = Vec::new();
     for index in 0..options.osds {
@@ -327,7 +374,8 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         osds.push(start_osd(&shared, &options, seed, index, &run, start));
     }
     let mut names: Vec<String> = osds.iter().map(|osd| osd.name.clone()).collect();
-    names.extend(["client", "checker", STORE_NODE, MON_NODE].map(String::from));
+    names.extend(["client", "checker", STORE_NODE].map(String::from));
+    names.extend(MONS[..mon_count].iter().map(|(node, _)| node.to_string()));
     names.extend((0..options.clients).map(|index| format!("client{index}")));
     if options.nbd {
         names.push(crate::gateway::GATEWAY_NODE.to_string());
@@ -339,7 +387,7 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         lease: options.osd_lease,
         reporter: reporter.clone(),
         rotted: RefCell::new(None),
-        mon: RefCell::new(Some(mon)),
+        mons,
         run: run.clone(),
         osds: RefCell::new(osds),
         names,
@@ -349,9 +397,12 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
         Err(error) => run.violation(error),
     }
     nodes.abort_all();
-    if let Some(mon) = nodes.mon.take() {
-        let _ = mon.stop.send(());
-        let _ = mon.task.await;
+    for (index, mon) in nodes.mons.iter().enumerate() {
+        SimNet::resume_node(MONS[index].0);
+        if let Some(mon) = mon.take() {
+            let _ = mon.stop.send(());
+            let _ = mon.task.await;
+        }
     }
     recorder.abort();
     crate::log::attach(None);
@@ -363,21 +414,28 @@ pub(crate) async fn simulate(seed: u64, options: SimOptions) -> Outcome {
 
 /// Runs the mon in a `LocalSet` of its own on its node, so that its connects (verifying a
 /// client's report that an OSD is gone) come from that node; stops it when told.
-fn start_mon(network: &SimNet, store: &Arc<dyn MetaStore>, faults: &StoreFaults, run: &Rc<Run>) -> MonProcess {
-    let mon_store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), MON_NODE, network, faults));
+fn start_mon(
+    network: &SimNet,
+    store: &Arc<dyn MetaStore>,
+    faults: &StoreFaults,
+    run: &Rc<Run>,
+    index: usize,
+) -> MonProcess {
+    let (node, id) = MONS[index];
+    let mon_store: Arc<dyn MetaStore> = Arc::new(NodeStore::new(store.clone(), node, network, faults));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = run.clone();
-    let task = tokio::task::spawn_local(SimNet::on_node(MON_NODE, async move {
+    let task = tokio::task::spawn_local(SimNet::on_node(node, async move {
         let local = tokio::task::LocalSet::new();
         local
             .run_until(async move {
-                let config = mon::MonConfig::new("mon-a", "memory");
+                let config = mon::MonConfig::new(id, "memory");
                 match mon::Mon::start_without_api(mon_store, config, None).await {
                     Ok(mon) => {
                         let _ = stopped.await;
                         mon.shutdown().await;
                     }
-                    Err(error) => run.violation(format!("the mon could not start: {error}")),
+                    Err(error) => run.violation(format!("{id} could not start: {error}")),
                 }
             })
             .await;

@@ -20,7 +20,12 @@
 //!   write may have one copy);
 //! - the metadata store stalling (every call waits; leases keep running out);
 //! - watch events reaching one node late;
-//! - a node's clock set off and drifting.
+//! - a node's clock set off and drifting;
+//! - with `control_plane` (two mons, a store of three members), also: the leading mon paused or
+//!   cut off from every node (and killed, as the one mon is otherwise), the other must lead
+//!   within [`TAKEOVER_MAX`]; a store member killed, or silent (stopped, or cut off by dropped
+//!   packets), the leader half the time; the members cut off from one another (no leader
+//!   anywhere, every member answering); two members killed (the quorum lost).
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -34,6 +39,7 @@ use tokio::time::Instant;
 
 use crate::clock::{self, Skew};
 use crate::cluster::{Nodes, MON_NODE};
+use crate::store_members::MEMBERS;
 
 /// The kinds of fault, and how often each is drawn (per mille).
 const KINDS: [(Kind, u32); 14] = [
@@ -53,6 +59,34 @@ const KINDS: [(Kind, u32); 14] = [
     (Kind::ClockSkew, 20),
 ];
 
+/// The faults with `control_plane`: those above and the control plane's own.
+const CONTROL_PLANE_KINDS: [(Kind, u32); 20] = [
+    (Kind::Kill, 230),
+    (Kind::Pause, 110),
+    (Kind::Isolate, 90),
+    (Kind::CutOneWay, 90),
+    (Kind::Reset, 50),
+    (Kind::KillMon, 50),
+    (Kind::CutFromStore, 80),
+    (Kind::SlowDisk, 80),
+    (Kind::FailWrites, 70),
+    (Kind::FailReads, 50),
+    (Kind::FlipBits, 50),
+    (Kind::StoreStall, 40),
+    (Kind::WatchLag, 40),
+    (Kind::ClockSkew, 20),
+    (Kind::PauseMon, 40),
+    (Kind::IsolateMon, 40),
+    (Kind::KillMember, 50),
+    (Kind::SilenceMember, 50),
+    (Kind::SplitStore, 30),
+    (Kind::LoseQuorum, 30),
+];
+
+/// How soon after the leading mon is killed, paused or cut off the other leads (its lease is
+/// 3 s; the real-process bound of `crates/basalt/tests/control_plane.rs` is the same).
+pub(crate) const TAKEOVER_MAX: Duration = Duration::from_secs(6);
+
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Kill,
@@ -69,6 +103,12 @@ enum Kind {
     StoreStall,
     WatchLag,
     ClockSkew,
+    PauseMon,
+    IsolateMon,
+    KillMember,
+    SilenceMember,
+    SplitStore,
+    LoseQuorum,
 }
 
 fn draw(rng: &mut SmallRng, kinds: &[(Kind, u32)]) -> Kind {
@@ -92,7 +132,8 @@ const OVERLAPPING: [(Kind, u32); 5] =
 /// may be acknowledged with one copy, so bits flipped in that copy are data lost, not a fault
 /// the pool survives: none are flipped then.
 pub(crate) async fn inject(seed: u64, nodes: Rc<Nodes>, min_size: u8) {
-    apply(seed, &nodes, min_size, &KINDS, 10..400).await
+    let kinds: &[(Kind, u32)] = if nodes.mon_count() > 1 { &CONTROL_PLANE_KINDS } else { &KINDS };
+    apply(seed, &nodes, min_size, kinds, 10..400).await
 }
 
 /// A second stream of faults, less often, over those of [`inject`].
@@ -109,7 +150,8 @@ async fn apply(seed: u64, nodes: &Nodes, min_size: u8, kinds: &[(Kind, u32)], ga
         let index = rng.gen_range(0..nodes.count());
         // Mostly past the lease (3 s), so that the PGs fail over; sometimes within it.
         let lasting = Duration::from_millis(rng.gen_range(100..6_000));
-        match draw(&mut rng, kinds) {
+        let kind = draw(&mut rng, kinds);
+        match kind {
             Kind::Kill => {
                 nodes.kill(index).await;
                 tokio::time::sleep(lasting).await;
@@ -165,9 +207,64 @@ async fn apply(seed: u64, nodes: &Nodes, min_size: u8, kinds: &[(Kind, u32)], ga
                 nodes.run().record(format_args!("fault: connections between {name} and {peer} reset"));
             }
             Kind::KillMon => {
-                nodes.kill_mon().await;
+                let mon = leading_mon(nodes).await;
+                nodes.kill_mon(mon).await;
+                await_takeover(nodes, mon, lasting).await;
+                nodes.restart_mon(mon);
+            }
+            Kind::PauseMon => {
+                let mon = leading_mon(nodes).await;
+                nodes.pause_mon(mon, true);
+                await_takeover(nodes, mon, lasting).await;
+                nodes.pause_mon(mon, false);
+            }
+            Kind::IsolateMon => {
+                let mon = leading_mon(nodes).await;
+                let name = nodes.mon_node(mon);
+                for other in nodes.names().iter().filter(|other| *other != name) {
+                    nodes.network.partition(name, other);
+                }
+                nodes.run().record(format_args!("fault: {name} cut off from every node"));
+                await_takeover(nodes, mon, lasting).await;
+                heal_network(nodes);
+            }
+            Kind::KillMember | Kind::SilenceMember => {
+                let members = nodes.store_faults.members().expect("a store of several members");
+                let member = match members.leader() {
+                    Some(leader) if rng.gen_bool(0.5) => leader,
+                    _ => rng.gen_range(0..MEMBERS),
+                };
+                let silent = matches!(kind, Kind::SilenceMember);
+                if silent {
+                    members.silence(member);
+                    let how = if rng.gen_bool(0.5) { "stopped" } else { "cut off" };
+                    nodes.run().record(format_args!("fault: store member {member} {how}"));
+                } else {
+                    members.kill(member);
+                    nodes.run().record(format_args!("fault: store member {member} killed"));
+                }
                 tokio::time::sleep(lasting).await;
-                nodes.restart_mon();
+                members.revive(member);
+                nodes.run().record(format_args!("fault: store member {member} back"));
+            }
+            Kind::SplitStore => {
+                let members = nodes.store_faults.members().expect("a store of several members");
+                members.set_split(true);
+                nodes.run().record("fault: the store's members cut off from one another");
+                tokio::time::sleep(lasting).await;
+                members.set_split(false);
+                nodes.run().record("fault: the store's members together again");
+            }
+            Kind::LoseQuorum => {
+                let members = nodes.store_faults.members().expect("a store of several members");
+                let spared = rng.gen_range(0..MEMBERS);
+                for member in (0..MEMBERS).filter(|&member| member != spared) {
+                    members.kill(member);
+                }
+                nodes.run().record(format_args!("fault: every store member but {spared} killed"));
+                tokio::time::sleep(lasting).await;
+                members.heal();
+                nodes.run().record("fault: every store member back");
             }
             Kind::CutFromStore => {
                 let name = nodes.name(index);
@@ -272,6 +369,41 @@ fn rot(disk: &mut SimDisk, count: usize, rng: &mut SmallRng) -> Vec<u64> {
     flipped
 }
 
+/// The mon that leads, as the store says (the first if none does).
+async fn leading_mon(nodes: &Nodes) -> usize {
+    if nodes.mon_count() == 1 {
+        return 0;
+    }
+    nodes.leading_mon().await.unwrap_or(0)
+}
+
+/// Waits out `lasting` of a fault on mon `mon`; with another mon, that one must lead within
+/// [`TAKEOVER_MAX`] of the fault if it lasts that long.
+async fn await_takeover(nodes: &Nodes, mon: usize, lasting: Duration) {
+    let until = Instant::now() + lasting;
+    if nodes.mon_count() == 1 {
+        return tokio::time::sleep_until(until).await;
+    }
+    let started = Instant::now();
+    loop {
+        if nodes.leading_mon().await.is_some_and(|leader| leader != mon) {
+            let after = started.elapsed();
+            nodes.run().record(format_args!("{} leads {after:?} after the fault", nodes.mon_node(1 - mon)));
+            return tokio::time::sleep_until(until).await;
+        }
+        if started.elapsed() > TAKEOVER_MAX {
+            return nodes.run().violation(format!(
+                "no other mon led within {TAKEOVER_MAX:?} of a fault on {}, the leader",
+                nodes.mon_node(mon)
+            ));
+        }
+        if Instant::now() >= until {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn heal_network(nodes: &Nodes) {
     nodes.network.heal_all();
     nodes.run().record("fault: partitions healed");
@@ -293,7 +425,10 @@ fn clear_disk_errors(nodes: &Nodes, index: usize) {
 pub(crate) fn heal(nodes: &Nodes) {
     heal_network(nodes);
     nodes.store_faults.clear();
-    nodes.restart_mon();
+    for mon in 0..nodes.mon_count() {
+        nodes.pause_mon(mon, false);
+        nodes.restart_mon(mon);
+    }
     for index in (0..nodes.count()).filter(|&index| !nodes.is_retired(index)) {
         nodes.with_osd(index, |osd| {
             osd.pause.resume();

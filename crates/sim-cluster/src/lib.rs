@@ -17,7 +17,8 @@
 //!   to it (`SimOptions::nbd`).
 //! - `faults.rs`: the faults drawn while the clients run (kills, pauses, cuts, disk faults,
 //!   store stalls, watch lag, clock skew), one at a time.
-//! - `node_store.rs`: the metadata store as each node reaches it, through the network's cuts.
+//! - `node_store.rs`: the metadata store as each node reaches it, through the network's cuts;
+//!   `store_members.rs`: a store of three members, their faults and elections.
 //! - `scenarios.rs`: the real-process failure tests' scripts, on the simulated cluster;
 //!   `every_copy_rots.rs`: one past what the pool survives; `drain.rs`: an OSD drained,
 //!   removed and replaced.
@@ -62,6 +63,7 @@ mod scrubs;
 mod settle;
 mod snapshot_races;
 mod snapshots;
+mod store_members;
 mod trace;
 mod workload;
 
@@ -135,6 +137,9 @@ pub struct SimOptions {
     /// Whether snapshots, clones and rollbacks are taken while the clients run
     /// (`snapshots.rs`). Seeds found before they existed replay with it off.
     pub snapshots: bool,
+    /// Whether the control plane is two mons and a store of three members, whose faults are
+    /// drawn too (`faults.rs`, `store_members.rs`). Seeds found before it replay with it off.
+    pub control_plane: bool,
 }
 
 impl SimOptions {
@@ -205,6 +210,7 @@ impl Default for SimOptions {
             osd_joins: false,
             late_join: false,
             snapshots: false,
+            control_plane: false,
         }
     }
 }
@@ -273,7 +279,9 @@ fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
     if options.nbd {
         command.push_str(" BASALT_SIM_NBD=1");
     }
-    if options.snapshots {
+    if options.control_plane {
+        command.push_str(" BASALT_SIM_GEOMETRY=control");
+    } else if options.snapshots {
         command.push_str(" BASALT_SIM_GEOMETRY=snapshots");
     } else if options.osd_joins {
         command.push_str(" BASALT_SIM_GEOMETRY=joining");

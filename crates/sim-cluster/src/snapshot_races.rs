@@ -118,10 +118,10 @@ async fn strike(stage: &Stage<'_>, fault: Fault, victim: usize, creating: &tokio
             stage.run.record(format_args!("{name} cut off from every node"));
         }
         Fault::MonKilled => {
-            stage.nodes.kill_mon().await;
+            stage.nodes.kill_mon(0).await;
             creating.abort();
             tokio::time::sleep(Duration::from_secs(1)).await;
-            stage.nodes.restart_mon();
+            stage.nodes.restart_mon(0);
         }
     }
 }
