@@ -337,59 +337,63 @@ impl MetaStore for EtcdMetaStore {
         let slot = self.keeper_slot(lease);
         let mut slot = slot.lock().await;
         let deadline = Instant::now() + REQUEST_TIMEOUT;
-        // A stream on a member that stops answering is opened again on the next member.
+        // The stream runs on the member the client asks now, and is opened again on the next
+        // one when that one stops answering. It is out of its slot while a renewal is
+        // outstanding, so a renewal its caller gives up on takes the stream with it: no later
+        // renewal can read that renewal's late answer as its own.
         loop {
-            let (member, outcome) = match slot.as_mut() {
-                Some(keeper) => {
-                    let member = keeper.member;
-                    let renewal = async {
+            let attempt = self.members.attempt();
+            let member = attempt.member();
+            let kept = slot.take().filter(|keeper| keeper.member == member);
+            let renewal = async {
+                let mut keeper = match kept {
+                    Some(keeper) => {
                         if keeper.requests.send(pb::LeaseKeepAliveRequest { id: lease.0 }).await.is_err() {
-                            return Err(Status::unavailable("the lease keep-alive stream ended"));
+                            return (None, Err(Status::unavailable("the lease keep-alive stream ended")));
                         }
-                        keeper.responses.message().await
-                    };
-                    (member, timeout(ATTEMPT_TIMEOUT, renewal).await)
-                }
-                None => {
-                    let member = self.members.pick();
-                    match timeout(ATTEMPT_TIMEOUT, self.open_keeper(member, lease)).await {
-                        Ok(Ok(keeper)) => {
-                            let keeper = slot.insert(keeper);
-                            (member, timeout(ATTEMPT_TIMEOUT, keeper.responses.message()).await)
-                        }
-                        Ok(Err(status)) => (member, Ok(Err(status))),
-                        Err(elapsed) => (member, Err(elapsed)),
+                        keeper
                     }
-                }
+                    None => match self.open_keeper(member, lease).await {
+                        Ok(keeper) => keeper,
+                        Err(status) => return (None, Err(status)),
+                    },
+                };
+                let response = keeper.responses.message().await;
+                (Some(keeper), response)
+            };
+            let limit = ATTEMPT_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
+            let (keeper, outcome) = match timeout(limit, renewal).await {
+                Ok((keeper, response)) => (keeper, Some(response)),
+                Err(_) => (None, None),
             };
             let error = match outcome {
-                Ok(Ok(Some(response))) if response.ttl > 0 => {
-                    self.members.answered(member);
+                Some(Ok(Some(response))) if response.ttl > 0 => {
+                    *slot = keeper;
+                    attempt.answered();
                     return Ok(u64::try_from(response.ttl).unwrap_or(0));
                 }
-                Ok(Ok(Some(_))) => {
-                    *slot = None;
+                Some(Ok(Some(_))) => {
+                    attempt.answered();
                     self.forget_keeper(lease);
                     return Err(MetaError::LeaseExpired { lease });
                 }
-                Ok(Ok(None)) => {
+                Some(Ok(None)) => {
                     MetaError::unavailable(self.clients[member].url.clone(), "etcd closed the lease keep-alive stream")
                 }
-                Ok(Err(status)) => match self.map_status(member, "", Some(lease), &status) {
+                Some(Err(status)) => match self.map_status(member, "", Some(lease), &status) {
                     error @ MetaError::Unavailable { .. } => error,
                     refusal => {
-                        *slot = None;
+                        attempt.answered();
                         self.forget_keeper(lease);
                         return Err(refusal);
                     }
                 },
-                Err(_) => MetaError::unavailable(
+                None => MetaError::unavailable(
                     self.clients[member].url.clone(),
                     format!("no answer within {ATTEMPT_TIMEOUT:?} to a lease keep-alive"),
                 ),
             };
-            *slot = None;
-            if let Err(error) = self.members.next_member(member, error, deadline).await {
+            if let Err(error) = self.members.next_member(attempt, error, deadline).await {
                 self.forget_keeper(lease);
                 return Err(error);
             }

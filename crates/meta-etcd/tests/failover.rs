@@ -1,8 +1,9 @@
-//! Failover between etcd members (`src/members.rs`): a real three-member etcd in a network
+//! Failover between etcd members (`meta::members`): a real three-member etcd in a network
 //! namespace and a client given all three endpoints. The member the client asks is killed
 //! (SIGKILL), then, with it back, the next one it asks is hung (SIGSTOP, so its connections
 //! stay open and silent). Every request made meanwhile must be answered, within the attempts
-//! an etcd election costs; a lease is kept alive throughout; a watch broken
+//! an etcd election costs; a lease is kept alive throughout, by renewals given up after
+//! 500 ms (as an OSD's) too; a watch broken
 //! with its member is opened again on another and sees the puts after it.
 
 use std::time::Duration;
@@ -18,6 +19,9 @@ const IPS: [&str; 3] = ["127.0.0.11", "127.0.0.12", "127.0.0.13"];
 /// `ATTEMPT_TIMEOUT`), then the answer. Measured: 2.0 s at most with the leader killed, 6.2 s
 /// with the leader hung.
 const FAILOVER_MAX: Duration = Duration::from_secs(8);
+
+/// How long an OSD waits for a renewal of its lease (a sixth of 3 s) before it tries again.
+const RENEWAL_WAIT: Duration = Duration::from_millis(500);
 
 /// Puts and reads back `count` keys; every call must succeed. Returns the longest call.
 async fn round(store: &EtcdMetaStore, tag: &str, count: usize) -> Duration {
@@ -88,6 +92,15 @@ fn requests_watches_and_leases_fail_over_between_members() {
             members[0] = Etcd::restart_member(&IPS, 0, scratch.path());
             round(&store, "restarted", 5).await;
             members[1].proc.signal(libc::SIGSTOP);
+            // Renewed as an OSD renews, giving up on each after a sixth of a 3 s lease: a renewal
+            // given up on a silent member moves the next one to another member.
+            let hung = Instant::now();
+            let mut given_up = 0;
+            while !matches!(tokio::time::timeout(RENEWAL_WAIT, store.lease_keep_alive(lease)).await, Ok(Ok(_))) {
+                given_up += 1;
+                assert!(hung.elapsed() < FAILOVER_MAX, "renewals given up after {RENEWAL_WAIT:?} stay on the hung member");
+            }
+            eprintln!("second member hung: renewed after {:?} ({given_up} renewals given up)", hung.elapsed());
             let longest = round(&store, "hung", 20).await;
             eprintln!("second member hung: the longest put and get took {longest:?}");
             assert!(

@@ -10,7 +10,12 @@
 //! on one connection and makes a failing member show at once.
 //!
 //! An answer that is a refusal (a failed compare, a missing lease) ends the request as it is:
-//! only [`MetaError::Unavailable`] means the member did not answer.
+//! only [`MetaError::Unavailable`] means the member did not answer. A caller that gives up on
+//! an attempt (drops it) after [`ABANDONED_SLOW`] counts as no answer too: callers with
+//! deadlines shorter than [`ATTEMPT_TIMEOUT`] (an OSD renews its lease within a sixth of its
+//! TTL) would otherwise keep asking a hung member, never reaching the timeout that passes it
+//! over; a healthy member answers in milliseconds, and passing one over costs nothing but a
+//! request to another member.
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -30,6 +35,8 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const ALL_FAILED_PAUSE: Duration = Duration::from_millis(200);
 /// How long a member that failed to answer is passed over.
 pub const SET_ASIDE: Duration = Duration::from_secs(10);
+/// An attempt its caller gave up on after this long counts as unanswered.
+pub const ABANDONED_SLOW: Duration = Duration::from_millis(250);
 
 /// Which member to ask, by index into the list the client was given.
 pub struct Members {
@@ -91,6 +98,11 @@ impl Members {
         self.lock().set_aside_until[index] = None;
     }
 
+    /// Starts an attempt on the member to ask now ([`Members::pick`]).
+    pub fn attempt(&self) -> Attempt<'_> {
+        Attempt { members: self, member: self.pick(), started: Instant::now(), settled: false }
+    }
+
     /// Whether every member is set aside now.
     pub fn all_set_aside(&self) -> bool {
         let now = Instant::now();
@@ -107,24 +119,25 @@ impl Members {
     {
         let deadline = Instant::now() + REQUEST_TIMEOUT;
         loop {
-            let member = self.pick();
+            let started = self.attempt();
+            let member = started.member();
             let attempt_deadline = deadline.min(Instant::now() + ATTEMPT_TIMEOUT);
             let error = match timeout_at(attempt_deadline, attempt(member)).await {
                 Ok(Err(error @ MetaError::Unavailable { .. })) => error,
                 Ok(answer) => {
-                    self.answered(member);
+                    started.answered();
                     return answer;
                 }
                 Err(_) => MetaError::unavailable(self.url(member), format!("no answer within {ATTEMPT_TIMEOUT:?} to {what}")),
             };
-            self.next_member(member, error, deadline).await?;
+            self.next_member(started, error, deadline).await?;
         }
     }
 
-    /// Passes over `member`, which did not answer (with `error`); the error once `deadline`
-    /// has passed, else after a pause if every member is passed over.
-    pub async fn next_member(&self, member: usize, error: MetaError, deadline: Instant) -> Result<(), MetaError> {
-        self.failed(member);
+    /// Passes over the member of `attempt`, which did not answer (with `error`); the error once
+    /// `deadline` has passed, else after a pause if every member is passed over.
+    pub async fn next_member(&self, attempt: Attempt<'_>, error: MetaError, deadline: Instant) -> Result<(), MetaError> {
+        let member = attempt.unanswered();
         tracing::debug!(%error, member = %self.url(member), "a member did not answer; trying the next");
         if Instant::now() >= deadline {
             return Err(error);
@@ -133,6 +146,44 @@ impl Members {
             tokio::time::sleep_until(deadline.min(Instant::now() + ALL_FAILED_PAUSE)).await;
         }
         Ok(())
+    }
+}
+
+/// One request's attempt on one member, from [`Members::attempt`]: settled by an answer or
+/// by its absence; dropped unsettled after [`ABANDONED_SLOW`], it counts as no answer.
+pub struct Attempt<'a> {
+    members: &'a Members,
+    member: usize,
+    started: Instant,
+    settled: bool,
+}
+
+impl Attempt<'_> {
+    /// The member asked.
+    pub fn member(&self) -> usize {
+        self.member
+    }
+
+    /// The member answered.
+    pub fn answered(mut self) {
+        self.settled = true;
+        self.members.answered(self.member);
+    }
+
+    /// The member did not answer: passed over for [`SET_ASIDE`]. Returns it.
+    pub fn unanswered(mut self) -> usize {
+        self.settled = true;
+        self.members.failed(self.member);
+        self.member
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if !self.settled && self.started.elapsed() >= ABANDONED_SLOW {
+            tracing::debug!(member = %self.members.url(self.member), "a request was given up on a slow member; trying the next from now on");
+            self.members.failed(self.member);
+        }
     }
 }
 
@@ -156,5 +207,20 @@ mod tests {
         assert!(!members.all_set_aside());
         members.answered(0);
         assert_eq!(members.pick(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_given_up_on_a_slow_member_passes_it_over() {
+        let members = Members::new(["a", "b", "c"].map(String::from).to_vec());
+        let hung = |_member: usize| std::future::pending::<Result<(), MetaError>>();
+        // Given up quickly: nothing is known of the member.
+        let _ = tokio::time::timeout(ABANDONED_SLOW / 2, members.call("a get", hung)).await;
+        assert_eq!(members.pick(), 0);
+        // Given up after the member kept it waiting, as a lease renewal with a short deadline is.
+        let _ = tokio::time::timeout(ABANDONED_SLOW * 2, members.call("a get", hung)).await;
+        assert_eq!(members.pick(), 1, "the next request goes to the next member");
+        // An answer settles the attempt: nothing is set aside on drop.
+        members.call("a get", |_| async { Ok(()) }).await.unwrap();
+        assert_eq!(members.pick(), 1);
     }
 }

@@ -95,6 +95,9 @@ pub(crate) struct OsdNode {
     /// Set while the fault injector makes the disk fail requests: the OSD stopping on its
     /// failed drive is then what must happen, not a violation.
     pub(crate) failing_disk: Rc<Cell<bool>>,
+    /// How many times the disk was set to fail: an OSD whose drive failed while it ran may
+    /// finish stopping after the fault is over (its stop waits for the store).
+    disk_faults: Rc<Cell<u32>>,
     /// Removed from the cluster: never started again, and no longer counted.
     pub(crate) retired: Cell<bool>,
 }
@@ -117,6 +120,18 @@ pub(crate) struct Nodes {
     osds: RefCell<Vec<OsdNode>>,
     /// Every node of the network (OSDs, clients, the store, the checker), for partitions.
     names: Vec<String>,
+}
+
+impl OsdNode {
+    /// The disk fails requests until [`OsdNode::disk_repaired`].
+    pub(crate) fn disk_failing(&self) {
+        self.failing_disk.set(true);
+        self.disk_faults.set(self.disk_faults.get() + 1);
+    }
+
+    pub(crate) fn disk_repaired(&self) {
+        self.failing_disk.set(false);
+    }
 }
 
 impl Nodes {
@@ -217,6 +232,7 @@ impl Nodes {
         mon.task.abort();
         let _ = mon.task.await;
         self.network.kill(node);
+        self.reporter.set_running(index, false);
         self.run.record(format_args!("fault: {node} killed"));
     }
 
@@ -228,6 +244,7 @@ impl Nodes {
         self.run.record(format_args!("fault: {} restarted", MONS[index].0));
         let process = start_mon(&self.network, &self.store, &self.store_faults, &self.run, index);
         self.mons[index].replace(Some(process));
+        self.reporter.set_running(index, true);
     }
 
     /// Pauses mon `index` as SIGSTOP would, or resumes it.
@@ -496,6 +513,7 @@ fn start_osd(
         stop: None,
         pause: PauseSwitch::default(),
         failing_disk: Rc::new(Cell::new(false)),
+        disk_faults: Rc::new(Cell::new(0)),
         retired: Cell::new(false),
     };
     if !start {
@@ -530,6 +548,7 @@ fn spawn_osd(
         store: store.clone(),
     };
     let (run, name, failing_disk) = (run.clone(), node.name.clone(), node.failing_disk.clone());
+    let (disk_faults, disk_faults_at_start) = (node.disk_faults.clone(), node.disk_faults.get());
     let (stop, stopped) = tokio::sync::oneshot::channel::<Stop>();
     let asked = Rc::new(Cell::new(false));
     let stop_signal = {
@@ -556,7 +575,7 @@ fn spawn_osd(
                 error @ (osd::OsdError::DriveFailed { .. }
                 | osd::OsdError::OpenEngine { .. }
                 | osd::OsdError::SetOsdId { .. }),
-            ) if failing_disk.get() => {
+            ) if failing_disk.get() || disk_faults.get() != disk_faults_at_start => {
                 run.record(format_args!("{name} stopped: {error}"));
             }
             Err(error) => run.violation(format!("{name} stopped: {error}")),

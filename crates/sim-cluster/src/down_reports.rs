@@ -2,9 +2,10 @@
 //! handler (`mon::down_report::handle`) on the mon's node: the handler, its probe of the OSD's
 //! address and the lease it revokes are the real ones; the HTTP request that carries a report
 //! in a real cluster is replaced by a task started on the mon's node, which a cut between the
-//! reporter and the mon drops. With two mons the report goes to the one the store names as
-//! leader when it is sent, as `MonReporter::Leader` finds it.
+//! reporter and the mon drops, as does the mon's death. With two mons the report goes to the
+//! one the store names as leader when it is sent, as `MonReporter::Leader` finds it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cluster::records::decode;
@@ -18,6 +19,8 @@ use crate::cluster::MONS;
 pub(crate) struct SimDownReporter {
     /// Each mon's node and the store as that mon reaches it.
     mons: Vec<(&'static str, Arc<dyn MetaStore>)>,
+    /// Whether each mon's process runs: a report to a dead one is lost.
+    running: Arc<Vec<AtomicBool>>,
     /// Where the leading mon is found, with several mons.
     leader_key: Option<Arc<dyn MetaStore>>,
     network: SimNet,
@@ -35,13 +38,19 @@ impl SimDownReporter {
         leader_key: Option<Arc<dyn MetaStore>>,
         network: &SimNet,
     ) -> SimDownReporter {
-        SimDownReporter { mons, leader_key, network: network.clone() }
+        let running = Arc::new(mons.iter().map(|_| AtomicBool::new(true)).collect());
+        SimDownReporter { mons, running, leader_key, network: network.clone() }
+    }
+
+    /// Mon `index`'s process died or started again.
+    pub(crate) fn set_running(&self, index: usize, running: bool) {
+        self.running[index].store(running, Ordering::Relaxed);
     }
 
     /// Delivers the report to mon `index`, unless the reporter is cut off from it.
     fn deliver(&self, index: usize, from: String, osd: u32, incarnation: i64) {
         let (node, store) = (self.mons[index].0, self.mons[index].1.clone());
-        if self.network.is_cut(&from, node) {
+        if self.network.is_cut(&from, node) || !self.running[index].load(Ordering::Relaxed) {
             tracing::info!(osd, incarnation, %from, mon = node, "the report did not reach the mon");
             return;
         }

@@ -283,7 +283,7 @@ async fn apply(seed: u64, nodes: &Nodes, min_size: u8, kinds: &[(Kind, u32)], ga
             Kind::FailWrites => {
                 let (writes, flushes) = if rng.gen_bool(0.5) { (1, 0) } else { (0, 1) };
                 nodes.with_osd(index, |osd| {
-                    osd.failing_disk.set(true);
+                    osd.disk_failing();
                     osd.disk.with_disk(|disk| {
                         disk.fail_next_writes(writes);
                         disk.fail_next_flushes(flushes);
@@ -298,7 +298,7 @@ async fn apply(seed: u64, nodes: &Nodes, min_size: u8, kinds: &[(Kind, u32)], ga
                 let count = rng.gen_range(1..4);
                 nodes.with_osd(index, |osd| {
                     // A read the engine needs for itself (a metadata page) poisons it too.
-                    osd.failing_disk.set(true);
+                    osd.disk_failing();
                     osd.disk.with_disk(|disk| disk.fail_next_reads(count));
                 });
                 nodes.run().record(format_args!("fault: {} disk fails its next {count} reads", nodes.name(index)));
@@ -381,24 +381,26 @@ async fn leading_mon(nodes: &Nodes) -> usize {
 /// [`TAKEOVER_MAX`] of the fault if it lasts that long.
 async fn await_takeover(nodes: &Nodes, mon: usize, lasting: Duration) {
     let until = Instant::now() + lasting;
-    if nodes.mon_count() == 1 {
-        return tokio::time::sleep_until(until).await;
+    if nodes.mon_count() > 1 {
+        match tokio::time::timeout_at(until, takeover(nodes, mon)).await {
+            Ok(Ok(after)) => nodes.run().record(format_args!("the other mon leads {after:?} after the fault")),
+            Ok(Err(violation)) => nodes.run().violation(violation),
+            Err(_) => {}
+        }
     }
+    tokio::time::sleep_until(until).await;
+}
+
+/// How long after now another mon than `mon` leads, within [`TAKEOVER_MAX`].
+pub(crate) async fn takeover(nodes: &Nodes, mon: usize) -> Result<Duration, String> {
     let started = Instant::now();
     loop {
         if nodes.leading_mon().await.is_some_and(|leader| leader != mon) {
-            let after = started.elapsed();
-            nodes.run().record(format_args!("{} leads {after:?} after the fault", nodes.mon_node(1 - mon)));
-            return tokio::time::sleep_until(until).await;
+            return Ok(started.elapsed());
         }
         if started.elapsed() > TAKEOVER_MAX {
-            return nodes.run().violation(format!(
-                "no other mon led within {TAKEOVER_MAX:?} of a fault on {}, the leader",
-                nodes.mon_node(mon)
-            ));
-        }
-        if Instant::now() >= until {
-            return;
+            let node = nodes.mon_node(mon);
+            return Err(format!("no other mon led within {TAKEOVER_MAX:?} of a fault on {node}, the leader"));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -416,7 +418,7 @@ fn clear_disk_errors(nodes: &Nodes, index: usize) {
             disk.fail_next_writes(0);
             disk.fail_next_flushes(0);
         });
-        osd.failing_disk.set(false);
+        osd.disk_repaired();
     });
 }
 

@@ -28,6 +28,8 @@
 //! - `replicas.rs`: then every copy of every object identical, before and after a scrub;
 //!   `images.rs`: and identical in the disk images, opened with the engine, not asked of the OSDs,
 //!   which hold what each OSD lists (`listings.rs`).
+//! - `control_plane.rs`: the control plane's faults in turn, on two mons and three store
+//!   members.
 //! - `pause.rs`: a node paused as SIGSTOP pauses a process.
 //! - `history.rs`: what each block may read as, and the violations.
 //! - `commits.rs`: the invariants of the metadata store's commits (epochs, PG histories).
@@ -42,6 +44,7 @@ compile_error!("the simulation seeds tokio's RNG, which needs `--cfg tokio_unsta
 mod clock;
 mod cluster;
 mod commits;
+mod control_plane;
 mod down_reports;
 mod drain;
 mod drives_fail_reads;

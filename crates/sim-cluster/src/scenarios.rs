@@ -69,10 +69,13 @@ pub enum Scenario {
     SnapshotCutOff,
     /// A snapshot taken while the mon that runs it is killed: its leader after it seals it.
     SnapshotMonKilled,
+    /// `etcd_members_and_mons_lost_cost_no_io_error_and_no_unanswered_call`: two mons and a
+    /// store of three members, each lost in turn (`control_plane.rs`).
+    ControlPlane,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 15] = [
+    pub const ALL: [Scenario; 16] = [
         Scenario::KillPrimary,
         Scenario::PausePrimary,
         Scenario::RollingRestarts,
@@ -88,6 +91,7 @@ impl Scenario {
         Scenario::SnapshotKillPrimary,
         Scenario::SnapshotCutOff,
         Scenario::SnapshotMonKilled,
+        Scenario::ControlPlane,
     ];
 
     /// The name a replay names it by.
@@ -108,6 +112,7 @@ impl Scenario {
             Scenario::SnapshotKillPrimary => "snapshot-kill-primary",
             Scenario::SnapshotCutOff => "snapshot-cut-off",
             Scenario::SnapshotMonKilled => "snapshot-mon-killed",
+            Scenario::ControlPlane => "control-plane",
         }
     }
 
@@ -125,6 +130,7 @@ impl Scenario {
             Scenario::EveryCopyRots | Scenario::DrivesFailReads => SimOptions { clients: 0, ..base },
             // The fifth OSD is the spare the scenario starts; the clients outlast its backfill.
             Scenario::DrainRemoveJoin => SimOptions { osds: 5, late_join: true, ops_per_client: 2_000, ..base },
+            Scenario::ControlPlane => SimOptions { control_plane: true, ..base },
             _ => base,
         }
     }
@@ -165,6 +171,7 @@ pub(crate) async fn play(scenario: Scenario, stage: Stage<'_>) {
         Scenario::SnapshotKillPrimary => snapshot_races::play(&stage, snapshot_races::Fault::KillPrimary).await,
         Scenario::SnapshotCutOff => snapshot_races::play(&stage, snapshot_races::Fault::CutOff).await,
         Scenario::SnapshotMonKilled => snapshot_races::play(&stage, snapshot_races::Fault::MonKilled).await,
+        Scenario::ControlPlane => crate::control_plane::play(&stage).await,
     };
     match played {
         Ok(()) => stage.run.record(format_args!("scenario {scenario:?} played")),

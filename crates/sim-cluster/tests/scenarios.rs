@@ -93,3 +93,8 @@ fn a_snapshot_taken_while_an_osd_is_cut_off_holds_to_the_cut() {
 fn a_snapshot_whose_mon_is_killed_is_sealed_by_the_next_leader() {
     play(Scenario::SnapshotMonKilled);
 }
+
+#[test]
+fn store_members_and_mons_lost_in_turn_stall_no_write_past_5_s() {
+    play(Scenario::ControlPlane);
+}

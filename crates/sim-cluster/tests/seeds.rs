@@ -118,7 +118,7 @@ fn options_from_env() -> SimOptions {
         overlapping_faults: drawn && stage >= 3,
         osd_joins: drawn && stage >= 4,
         snapshots: drawn && stage >= 5,
-        control_plane: drawn && stage >= 6,
+        control_plane: options.control_plane || (drawn && stage >= 6),
         ..options
     }
 }
