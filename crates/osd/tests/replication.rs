@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -349,12 +349,42 @@ fn an_osd_registers_again_after_losing_its_lease() {
 }
 
 #[test]
+fn an_osd_whose_store_goes_away_after_its_first_answer_waits_for_it_at_every_step_of_its_start() {
+    let cut = Arc::new(AtomicBool::new(false));
+    const CUT_FOR: Duration = Duration::from_millis(1500);
+    let started = Instant::now();
+    let healer = {
+        let cut = cut.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(CUT_FOR);
+            cut.store(false, Ordering::SeqCst);
+        })
+    };
+    // The second OSD's store answers its first call (the cluster record), then none until healed:
+    // its id allocation and everything after it wait, as across an etcd election.
+    let cluster = Cluster::start_with(|config| {
+        if config.data_path.ends_with("o2") {
+            let Metadata::Store(store) = &config.metadata else { unreachable!() };
+            let store = CutStore { cut_after: AtomicI64::new(1), ..CutStore::new(store.clone(), cut.clone()) };
+            config.metadata = Metadata::Store(Arc::new(store));
+        }
+    });
+    healer.join().unwrap();
+    assert!(started.elapsed() >= CUT_FOR, "the second OSD started while its store was cut off");
+    assert!(cluster.live(2).is_some(), "registered once the store came back");
+    let (stripe, pg) = stripe_with_primary(2);
+    let write =
+        Request::Write { pg, inode: INODE, offset_bytes: stripe * u64::from(OBJECT_SIZE), data: pattern(9, 4096) };
+    assert_eq!(cluster.call_settled(&cluster.connect(2), 1, write).response, Response::Write);
+}
+
+#[test]
 fn an_osd_cut_off_from_the_store_stops_acknowledging_before_its_lease_can_expire() {
     let cut = Arc::new(AtomicBool::new(false));
     let cluster = Cluster::start_with(|config| {
         if config.data_path.ends_with("o1") {
             let Metadata::Store(store) = &config.metadata else { unreachable!() };
-            config.metadata = Metadata::Store(Arc::new(CutStore { inner: store.clone(), cut: cut.clone() }));
+            config.metadata = Metadata::Store(Arc::new(CutStore::new(store.clone(), cut.clone())));
         }
     });
     let (stripe, pg) = stripe_with_primary(1);

@@ -66,6 +66,12 @@ pub const SNAPSHOT_REGRESSIONS: [(u64, &str); 6] = [
     (12446, "a harness bug: the run counted as settled while an OSD was still marked down on its peers' reports; the mark cleared during the disk-image check, and a PG moved under it"),
 ];
 
+/// Seeds that once failed on the control plane of two mons and a store of three members.
+pub const CONTROL_REGRESSIONS: [(u64, &str); 2] = [
+    (412, "an OSD restarted while the store elected a leader exited when reading its own record failed (a start now waits for the store at every step; since the model of a node cut off from the store changed, the seed no longer reaches it, and `osd/tests/replication.rs` holds it)"),
+    (2428, "a harness bug: an OSD whose drive failed finished stopping (its lease revocation waiting for the store's election) after the fault was undone, and was taken for one that stopped with no fault"),
+];
+
 /// Every seed above with the options of the stage it was found in.
 pub fn with_options() -> Vec<(u64, &'static str, SimOptions)> {
     let fixed = SimOptions::default();
@@ -74,13 +80,15 @@ pub fn with_options() -> Vec<(u64, &'static str, SimOptions)> {
     let overlapping = SimOptions { overlapping_faults: true, ..wide.clone() };
     let joining = SimOptions { osd_joins: true, ..overlapping.clone() };
     let snapshots = SimOptions { snapshots: true, ..joining.clone() };
-    let stages: [(&[(u64, &'static str)], SimOptions); 6] = [
+    let control = SimOptions { control_plane: true, ..snapshots.clone() };
+    let stages: [(&[(u64, &'static str)], SimOptions); 7] = [
         (&REGRESSIONS, fixed),
         (&DRAWN_REGRESSIONS, drawn),
         (&WIDE_REGRESSIONS, wide),
         (&OVERLAPPING_REGRESSIONS, overlapping),
         (&JOINING_REGRESSIONS, joining),
         (&SNAPSHOT_REGRESSIONS, snapshots),
+        (&CONTROL_REGRESSIONS, control),
     ];
     stages
         .into_iter()

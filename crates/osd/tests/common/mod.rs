@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -196,14 +196,23 @@ pub fn object_info(cluster: &Cluster, osd: u32, pg: PgId, object: ObjectId) -> R
 }
 
 /// A store that can be cut off: while `cut` is set, every call fails as if the store were
-/// unreachable (watches already open keep running).
+/// unreachable (watches already open keep running). `cut_after` calls are answered before the
+/// store cuts itself off (`i64::MAX`: never).
 pub struct CutStore {
     pub inner: Arc<dyn MetaStore>,
     pub cut: Arc<AtomicBool>,
+    pub cut_after: AtomicI64,
 }
 
 impl CutStore {
+    pub fn new(inner: Arc<dyn MetaStore>, cut: Arc<AtomicBool>) -> CutStore {
+        CutStore { inner, cut, cut_after: AtomicI64::new(i64::MAX) }
+    }
+
     fn check(&self) -> Result<(), MetaError> {
+        if self.cut_after.fetch_sub(1, Ordering::SeqCst) == 0 {
+            self.cut.store(true, Ordering::SeqCst);
+        }
         if self.cut.load(Ordering::SeqCst) {
             return Err(MetaError::unavailable(self.inner.endpoint(), "cut off by the test"));
         }
