@@ -98,7 +98,10 @@ fn requests_watches_and_leases_fail_over_between_members() {
             let mut given_up = 0;
             while !matches!(tokio::time::timeout(RENEWAL_WAIT, store.lease_keep_alive(lease)).await, Ok(Ok(_))) {
                 given_up += 1;
-                assert!(hung.elapsed() < FAILOVER_MAX, "renewals given up after {RENEWAL_WAIT:?} stay on the hung member");
+                assert!(
+                    hung.elapsed() < FAILOVER_MAX,
+                    "renewals given up after {RENEWAL_WAIT:?} stay on the hung member"
+                );
             }
             eprintln!("second member hung: renewed after {:?} ({given_up} renewals given up)", hung.elapsed());
             let longest = round(&store, "hung", 20).await;

@@ -128,7 +128,9 @@ impl Members {
                     started.answered();
                     return answer;
                 }
-                Err(_) => MetaError::unavailable(self.url(member), format!("no answer within {ATTEMPT_TIMEOUT:?} to {what}")),
+                Err(_) => {
+                    MetaError::unavailable(self.url(member), format!("no answer within {ATTEMPT_TIMEOUT:?} to {what}"))
+                }
             };
             self.next_member(started, error, deadline).await?;
         }
@@ -136,7 +138,12 @@ impl Members {
 
     /// Passes over the member of `attempt`, which did not answer (with `error`); the error once
     /// `deadline` has passed, else after a pause if every member is passed over.
-    pub async fn next_member(&self, attempt: Attempt<'_>, error: MetaError, deadline: Instant) -> Result<(), MetaError> {
+    pub async fn next_member(
+        &self,
+        attempt: Attempt<'_>,
+        error: MetaError,
+        deadline: Instant,
+    ) -> Result<(), MetaError> {
         let member = attempt.unanswered();
         tracing::debug!(%error, member = %self.url(member), "a member did not answer; trying the next");
         if Instant::now() >= deadline {

@@ -67,7 +67,8 @@ where
 /// Refuses an engine whose object size differs from the cluster's. A cluster without its
 /// record yet (no mon has run) is accepted with a warning.
 pub(crate) async fn check_cluster(store: &dyn MetaStore, path: &Path, engine_bytes: u32) -> Result<(), OsdError> {
-    let read = || async { store.get(keys::CLUSTER).await.map_err(OsdError::meta(format!("reading {}", keys::CLUSTER))) };
+    let read =
+        || async { store.get(keys::CLUSTER).await.map_err(OsdError::meta(format!("reading {}", keys::CLUSTER))) };
     let kv = patiently(read).await?;
     let Some(kv) = kv else {
         tracing::warn!(key = keys::CLUSTER, "the cluster record does not exist yet; the object size is not checked");

@@ -25,8 +25,8 @@ use crate::commits::Commits;
 use crate::down_reports::SimDownReporter;
 use crate::history::History;
 use crate::node_store::{NodeStore, StoreFaults, STORE_NODE};
-use crate::store_members::StoreMembers;
 use crate::pause::PauseSwitch;
+use crate::store_members::StoreMembers;
 use crate::trace::{fnv1a, Trace};
 use crate::{clock, workload, Outcome, SimOptions};
 
@@ -165,8 +165,8 @@ impl Nodes {
     /// Whether a mon runs that can lead: not paused, and the store has a leader.
     pub(crate) fn mon_running(&self) -> bool {
         let store_leads = self.store_faults.members().is_none_or(|members| members.leader().is_some());
-        let running = (0..self.mons.len())
-            .any(|index| self.mons[index].borrow().is_some() && !SimNet::is_paused(MONS[index].0));
+        let running =
+            (0..self.mons.len()).any(|index| self.mons[index].borrow().is_some() && !SimNet::is_paused(MONS[index].0));
         running && store_leads
     }
 

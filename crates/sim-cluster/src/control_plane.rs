@@ -38,36 +38,11 @@ pub(crate) async fn play(stage: &Stage<'_>) -> Result<(), String> {
     let members = stage.nodes.store_faults.members().ok_or("the store has one member")?.clone();
     tokio::time::sleep(BETWEEN_STEPS).await;
 
-    let leader = store_leader(&members)?;
-    while_writing(stage, &format!("store member {leader}, the leader, killed"), Some(WRITE_MAX), async {
-        members.kill(leader);
-        tokio::time::sleep(FAULT_LENGTH).await;
-        members.revive(leader);
-        tokio::time::sleep(BETWEEN_STEPS).await;
-        Ok(())
-    })
-    .await?;
-
-    let leader = store_leader(&members)?;
-    let follower = (leader + 1) % MEMBERS;
-    while_writing(stage, &format!("store member {follower}, a follower, killed"), Some(WRITE_MAX), async {
-        members.kill(follower);
-        tokio::time::sleep(FAULT_LENGTH).await;
-        members.revive(follower);
-        tokio::time::sleep(BETWEEN_STEPS).await;
-        Ok(())
-    })
-    .await?;
-
-    let leader = store_leader(&members)?;
-    while_writing(stage, &format!("store member {leader}, the leader, cut off"), Some(WRITE_MAX), async {
-        members.silence(leader);
-        tokio::time::sleep(FAULT_LENGTH).await;
-        members.revive(leader);
-        tokio::time::sleep(BETWEEN_STEPS).await;
-        Ok(())
-    })
-    .await?;
+    let killed = |members: &StoreMembers, member: usize| members.kill(member);
+    let cut_off = |members: &StoreMembers, member: usize| members.silence(member);
+    member_lost(stage, &members, "the leader, killed", |leader| leader, killed).await?;
+    member_lost(stage, &members, "a follower, killed", |leader| (leader + 1) % MEMBERS, killed).await?;
+    member_lost(stage, &members, "the leader, cut off", |leader| leader, cut_off).await?;
 
     while_writing(stage, "the store's members cut off from one another", Some(WRITE_MAX), async {
         members.set_split(true);
@@ -149,6 +124,26 @@ pub(crate) async fn play(stage: &Stage<'_>) -> Result<(), String> {
         return Err(format!("writes went on only {resumed:?} after the store's quorum was back"));
     }
     Ok(())
+}
+
+/// The member `pick` chooses by the leader, lost (`lose`) for [`FAULT_LENGTH`], then back.
+async fn member_lost(
+    stage: &Stage<'_>,
+    members: &StoreMembers,
+    what: &str,
+    pick: fn(usize) -> usize,
+    lose: fn(&StoreMembers, usize),
+) -> Result<(), String> {
+    let member = pick(store_leader(members)?);
+    while_writing(stage, &format!("store member {member}, {what}"), Some(WRITE_MAX), async {
+        lose(members, member);
+        tokio::time::sleep(FAULT_LENGTH).await;
+        members.revive(member);
+        tokio::time::sleep(BETWEEN_STEPS).await;
+        Ok(())
+    })
+    .await
+    .map(|_| ())
 }
 
 /// The store member that leads.

@@ -59,22 +59,8 @@ const KINDS: [(Kind, u32); 14] = [
     (Kind::ClockSkew, 20),
 ];
 
-/// The faults with `control_plane`: those above and the control plane's own.
-const CONTROL_PLANE_KINDS: [(Kind, u32); 20] = [
-    (Kind::Kill, 230),
-    (Kind::Pause, 110),
-    (Kind::Isolate, 90),
-    (Kind::CutOneWay, 90),
-    (Kind::Reset, 50),
-    (Kind::KillMon, 50),
-    (Kind::CutFromStore, 80),
-    (Kind::SlowDisk, 80),
-    (Kind::FailWrites, 70),
-    (Kind::FailReads, 50),
-    (Kind::FlipBits, 50),
-    (Kind::StoreStall, 40),
-    (Kind::WatchLag, 40),
-    (Kind::ClockSkew, 20),
+/// The control plane's own faults, drawn with `control_plane` besides those above.
+const CONTROL_PLANE_KINDS: [(Kind, u32); 6] = [
     (Kind::PauseMon, 40),
     (Kind::IsolateMon, 40),
     (Kind::KillMember, 50),
@@ -132,8 +118,11 @@ const OVERLAPPING: [(Kind, u32); 5] =
 /// may be acknowledged with one copy, so bits flipped in that copy are data lost, not a fault
 /// the pool survives: none are flipped then.
 pub(crate) async fn inject(seed: u64, nodes: Rc<Nodes>, min_size: u8) {
-    let kinds: &[(Kind, u32)] = if nodes.mon_count() > 1 { &CONTROL_PLANE_KINDS } else { &KINDS };
-    apply(seed, &nodes, min_size, kinds, 10..400).await
+    let mut kinds = KINDS.to_vec();
+    if nodes.mon_count() > 1 {
+        kinds.extend(CONTROL_PLANE_KINDS);
+    }
+    apply(seed, &nodes, min_size, &kinds, 10..400).await
 }
 
 /// A second stream of faults, less often, over those of [`inject`].
