@@ -139,6 +139,11 @@ impl EngineIo {
 
     /// Asks the engine's write-back job to empty the journal and drives the engine until it is
     /// idle or `timeout` passes. Returns whether the journal is empty.
+    /// The engine's counters since it opened.
+    pub(crate) fn stats(&self) -> engine::EngineStats {
+        self.engine.borrow().stats()
+    }
+
     pub(crate) async fn write_back_journal(&self, timeout: Duration) -> bool {
         self.engine.borrow_mut().request_writeback();
         self.kick.notify_one();

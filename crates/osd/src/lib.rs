@@ -397,7 +397,16 @@ pub async fn serve(
         tracing::warn!(osd = id, "the journal was not emptied at shutdown; the next start replays it");
     }
     driver.abort();
-    tracing::info!(osd = id, "osd stopped");
+    let stats = engine.stats();
+    tracing::info!(
+        osd = id,
+        journal_written_bytes = stats.record_bytes_written,
+        writeback_jobs = stats.writeback_jobs,
+        writeback_pages_copied = stats.writeback_pages_copied,
+        writeback_journal_read_bytes = stats.writeback_journal_read_bytes,
+        meta_pages_loaded = stats.meta_pages_loaded,
+        "osd stopped"
+    );
     Ok(())
 }
 

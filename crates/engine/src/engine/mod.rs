@@ -113,6 +113,8 @@ pub struct EngineStats {
     pub writeback_meta_writes: u64,
     /// Flushes the write-back job issued, its superblock writes included.
     pub writeback_barriers: u64,
+    /// Metadata pages read from the drive into the cache (each once, until evicted).
+    pub meta_pages_loaded: u64,
 }
 
 /// What each in-flight disk request is for.

@@ -131,6 +131,7 @@ impl<D: Disk> Engine<D> {
                 Lookup::Pending => read.ios_pending += 1,
                 Lookup::StartLoad => {
                     read.ios_pending += 1;
+                    self.stats.meta_pages_loaded += 1;
                     self.submit_io(
                         Io::MetaLoad { page },
                         DiskOp::Read,

@@ -16,6 +16,10 @@ use crate::layout::{MetaEntry, SUPERBLOCK_SIZE_BYTES};
 use crate::meta_cache::{Lookup, Waiter};
 use crate::ObjectId;
 
+/// The least backlog a write-back job waits for when the record cache is small (a job's
+/// flushes and metadata writes are shared by its writes), unless an eighth of the journal is
+/// less.
+const WRITEBACK_LAZY_MIN_BYTES: u64 = 4 << 20;
 /// Bounds of one write-back job.
 const WRITEBACK_JOB_RECORDS_MAX: usize = 4096;
 /// Write-back copy requests in flight at once: the fewest while at most a quarter of the journal
@@ -72,16 +76,23 @@ impl<D: Disk> Engine<D> {
     /// Whether a write-back job should start now. Writing back lazily, once an eighth of the
     /// journal holds records not written back, makes jobs large: their flushes and metadata
     /// writes are shared by thousands of writes instead of a few, and a page overwritten
-    /// meanwhile is copied once. Short of blocks, it goes eagerly instead: the blocks of deleted
-    /// and overwritten objects come back only once write-back and the journal tail pass them.
+    /// meanwhile is copied once. But no later than half the record cache (or
+    /// [`WRITEBACK_LAZY_MIN_BYTES`]): a job copies from RAM only the records the cache holds, and
+    /// those committed while it runs need the other half; past the cache, write-back reads the
+    /// journal back and a write-only load makes the drive read. Short of blocks, it goes eagerly instead: the blocks of deleted and overwritten
+    /// objects come back only once write-back and the journal tail pass them.
     fn writeback_should_start(&self) -> bool {
         if self.writeback_job.is_some() || self.poisoned.is_some() || !self.writeback_has_work() {
             return false;
         }
         let journal_size = self.geometry.journal_size_bytes;
+        let lazy_bytes = match self.record_data_cache_bytes {
+            0 => journal_size / 8,
+            cache => (journal_size / 8).min((cache / 2).max(WRITEBACK_LAZY_MIN_BYTES)),
+        };
         self.writeback_requested
             || self.journal_full
-            || self.writeback_backlog_bytes >= journal_size / 8
+            || self.writeback_backlog_bytes >= lazy_bytes
             || self.journal_used_bytes() >= journal_size / 2
             || self.blocks_short()
     }
@@ -155,6 +166,7 @@ impl<D: Disk> Engine<D> {
                 Lookup::Pending => job.loads_pending += 1,
                 Lookup::StartLoad => {
                     job.loads_pending += 1;
+                    self.stats.meta_pages_loaded += 1;
                     self.submit_io(
                         Io::MetaLoad { page },
                         DiskOp::Read,
@@ -449,14 +461,20 @@ impl<D: Disk> Engine<D> {
         self.pump_copy();
     }
 
-    /// Copy requests the write-back job keeps in flight: few while the journal has room, so client
-    /// journal writes do not queue behind background copies, more as it fills, so write-back
-    /// keeps up before writers have to wait for space.
+    /// Copy requests the write-back job keeps in flight: few while the journal and the record
+    /// cache have room, so client journal writes do not queue behind background copies; more as
+    /// either fills (the journal from a quarter to three quarters, the cache past the half a job
+    /// starts at), so write-back keeps up before writers wait for space, and before records
+    /// stop fitting in the cache and have to be read back from the journal.
     fn writeback_io_depth(&self) -> usize {
+        // How far `used` is into `span` past `from`, in thousandths.
+        let filled = |used: u64, from: u64, span: u64| used.saturating_sub(from).min(span) * 1000 / span.max(1);
         let journal_size = self.geometry.journal_size_bytes;
-        let used = self.journal_used_bytes().saturating_sub(journal_size / 4);
-        let span = journal_size / 2;
-        let extra = (WRITEBACK_IO_DEPTH_MAX - WRITEBACK_IO_DEPTH_MIN) as u64 * used.min(span) / span;
+        let journal = filled(self.journal_used_bytes(), journal_size / 4, journal_size / 2);
+        let cache_size = self.record_data_cache_bytes;
+        let cache =
+            if cache_size == 0 { 0 } else { filled(self.record_data_cached_bytes, cache_size / 2, cache_size / 2) };
+        let extra = (WRITEBACK_IO_DEPTH_MAX - WRITEBACK_IO_DEPTH_MIN) as u64 * journal.max(cache) / 1000;
         WRITEBACK_IO_DEPTH_MIN + extra as usize
     }
 
