@@ -54,6 +54,8 @@ enum Command {
     Volume(cmd::volume::Args),
     /// Take, list and remove snapshots through the mon API.
     Snapshot(cmd::snapshot::Args),
+    /// List, restore and purge volumes removed to the trash.
+    Trash(cmd::trash::Args),
     /// Show the cluster's state through the mon API.
     Status(cmd::status::Args),
     /// Measure I/O on a volume through the client library (IOPS, MiB/s, latency).
@@ -161,6 +163,7 @@ fn main() -> ExitCode {
         | Command::Pg(_)
         | Command::Volume(_)
         | Command::Snapshot(_)
+        | Command::Trash(_)
         | Command::Status(_)
         | Command::Config(_)
         | Command::Scrub(_) => true,
@@ -192,6 +195,7 @@ fn main() -> ExitCode {
         Command::Scrub(args) => cmd::scrub::run(global, args),
         Command::Volume(args) => cmd::volume::run(global, args),
         Command::Snapshot(args) => cmd::snapshot::run(global, args),
+        Command::Trash(args) => cmd::trash::run(global, args),
         Command::Status(args) => cmd::status::run(global, args),
         Command::Bench(args) => cmd::bench::run(global, args),
         Command::Nbd(args) => cmd::nbd::run(global, args),

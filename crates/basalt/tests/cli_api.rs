@@ -227,7 +227,7 @@ fn every_admin_command_against_a_real_mon() {
     assert_eq!(json(api, &["volume", "info", "db"])["size_bytes"], 2u64 << 30);
 
     fails(api, &["pool", "rm", "rbd"], "pool \"rbd\" still holds 1 volume (db); delete them first");
-    let removed = ok(api, &["volume", "rm", "db", "--no-wait"]);
+    let removed = ok(api, &["volume", "rm", "db", "--now", "--no-wait"]);
     assert!(removed.contains("volume db is being deleted"), "{removed}");
     // The OSD records here have no OSD process behind them, so the objects cannot be removed:
     // the volume stays `deleting` (its removal with real OSDs is in tests/cluster.rs) and keeps

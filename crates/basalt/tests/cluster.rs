@@ -343,7 +343,7 @@ fn run(store: Store) {
             // Removing the volume removes its objects from every replica, in the background.
             let store = cluster_watch::connect(&meta_url).await.expect("connect to the metadata store");
             let before = cluster_watch::load(store.as_ref()).await.expect("map");
-            cli(&["volume", "rm", "v1", "--api", API]);
+            cli(&["volume", "rm", "v1", "--now", "--api", API]);
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             while cluster_watch::load(store.as_ref()).await.expect("map").volumes.contains_key("v1") {
                 assert!(std::time::Instant::now() < deadline, "volume v1 still listed 60 s after volume rm");

@@ -71,7 +71,7 @@ fn a_full_pool_refuses_new_space_keeps_old_data_and_gets_space_back_when_a_volum
         run_fio(&dir, "64M", 32, &["--verify_only"]);
 
         // Removing the filler gives its space back without a restart.
-        cli(&["volume", "rm", "filler", "--api", API]);
+        cli(&["volume", "rm", "filler", "--now", "--api", API]);
         let removed = std::time::Instant::now();
         wait_until(Duration::from_secs(90), "the space back", || full_osds().is_empty().then_some(()));
         eprintln!("full_pool: no OSD full {:?} after the volume was removed", removed.elapsed());

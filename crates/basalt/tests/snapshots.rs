@@ -222,14 +222,14 @@ fn snapshots_and_clones_keep_their_data_through_overwrites_failures_scrub_and_ro
         // Removing: the snapshot has a clone, so it stays until the clone goes.
         let error = refused(&["snapshot", "rm", "v@s1"]);
         assert!(error.contains("clones") && error.contains('c'), "{error}");
-        cli(&["volume", "rm", "c", "--api", API]);
+        cli(&["volume", "rm", "c", "--now", "--api", API]);
         cli(&["snapshot", "rm", "v@s1", "--api", API]);
         cli(&["snapshot", "rm", "f@a", "--api", API]);
-        cli(&["volume", "rm", "f", "--api", API]);
+        cli(&["volume", "rm", "f", "--now", "--api", API]);
         let list = api(&["snapshot", "ls"]);
         assert_eq!(list["snapshots"].as_array().map(Vec::len), Some(0), "{list}");
         same("v", &v);
-        cli(&["volume", "rm", "v", "--api", API]);
+        cli(&["volume", "rm", "v", "--now", "--api", API]);
         // Every object of both families is gone: nothing is left on the drives.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while held_objects() > 0 {
@@ -329,7 +329,7 @@ fn snapshot_commands_refuse_bad_input_and_change_nothing() {
             (vec!["volume", "clone", "v@one", "x", "--pool", "q"], "must be in its pool"),
             (vec!["volume", "clone", "v@one", "bad/name"], "'/'"),
             (vec!["volume", "rollback", "w@nosuch"], "does not exist"),
-            (vec!["volume", "rm", "v"], "snapshot"),
+            (vec!["volume", "rm", "v", "--now"], "snapshot"),
         ] {
             let error = refused(&args);
             assert!(error.contains(expect), "basalt {args:?}: expected {expect:?} in {error:?}");

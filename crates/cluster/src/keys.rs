@@ -12,6 +12,7 @@ pub const OSD_LIVE_PREFIX: &str = "/basalt/osd-live/";
 pub const PEER_REPORTS_PREFIX: &str = "/basalt/peer-reports/";
 pub const VOLUMES_PREFIX: &str = "/basalt/volumes/";
 pub const SNAPSHOTS_PREFIX: &str = "/basalt/snapshots/";
+pub const TRASH_PREFIX: &str = "/basalt/trash/";
 pub const PG_HISTORY_PREFIX: &str = "/basalt/pg-history/";
 pub const MON_LEADER: &str = "/basalt/mon/leader";
 pub const POOL_ID_COUNTER: &str = "/basalt/counters/pool-id";
@@ -46,6 +47,20 @@ pub fn volume(name: &str) -> String {
 /// `full_name` is `VOLUME@SNAP`.
 pub fn snapshot(full_name: &str) -> String {
     format!("{SNAPSHOTS_PREFIX}{full_name}")
+}
+
+/// A volume in the trash, by its head's inode (16 hex digits, so keys sort by it).
+pub fn trash(id: u64) -> String {
+    format!("{TRASH_PREFIX}{id:016x}")
+}
+
+/// The id at the end of a trash key.
+pub fn trash_id(key: &str) -> Option<u64> {
+    let rest = key.strip_prefix(TRASH_PREFIX)?;
+    if rest.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(rest, 16).ok()
 }
 
 /// The next layer number of family `family` of `pool` (layer 0 is the volume's first head).
@@ -85,5 +100,12 @@ mod tests {
         assert_eq!(id_after(OSDS_PREFIX, "/basalt/osd/1x"), None);
         assert_eq!(id_after(OSDS_PREFIX, "/basalt/osd/99999999999"), None);
         assert_eq!(id_after(OSDS_PREFIX, "/basalt/osd-live/1"), None);
+    }
+
+    #[test]
+    fn trash_ids_round_trip() {
+        assert_eq!(trash_id(&trash(0x1234_0000_0000_0007)), Some(0x1234_0000_0000_0007));
+        assert_eq!(trash_id("/basalt/trash/7"), None);
+        assert_eq!(trash_id("/basalt/volumes/0000000000000007"), None);
     }
 }

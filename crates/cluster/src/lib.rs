@@ -23,5 +23,5 @@ pub use records::{
     machine_id, snapshot_name, split_snapshot_name, ClusterRecord, Counter, DownMark, FailureDomainName, LeaderRecord,
     LocalSocket, OsdLiveRecord, OsdRecord, Parent, PeerReportRecord, PgHistoryRecord, PgScrubRecord, PgTableRecord,
     PoolRecord, RecordError, Redundancy, ReportedPeer, ScrubRequest, ScrubRequestsRecord, SettingsRecord,
-    SnapshotRecord, VolumeRecord, SNAPSHOT_SEPARATOR,
+    SnapshotRecord, TrashRecord, VolumeRecord, SNAPSHOT_SEPARATOR,
 };

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::keys;
 use crate::records::{
     decode, machine_id, OsdLiveRecord, OsdRecord, Parent, PeerReportRecord, PgTableRecord, PoolRecord, RecordError,
-    ScrubRequestsRecord, SettingsRecord, SnapshotRecord, VolumeRecord,
+    ScrubRequestsRecord, SettingsRecord, SnapshotRecord, TrashRecord, VolumeRecord,
 };
 
 /// One PG as the table publishes it.
@@ -40,6 +40,8 @@ pub struct ClusterMap {
     pub volumes: BTreeMap<String, VolumeRecord>,
     /// By `VOLUME@SNAP`.
     pub snapshots: BTreeMap<String, SnapshotRecord>,
+    /// Volumes in the trash, by id (their head's inode).
+    pub trash: BTreeMap<u64, TrashRecord>,
     /// The volume whose head each inode is.
     heads: HashMap<u64, String>,
     /// The snapshot (`VOLUME@SNAP`) each frozen inode is.
@@ -202,6 +204,8 @@ impl ClusterMap {
                 self.heads.insert(new.id, name.to_string());
             }
             result
+        } else if let Some(id) = keys::trash_id(key) {
+            set(&mut self.trash, id, key, value)
         } else if let Some(name) = key.strip_prefix(keys::SNAPSHOTS_PREFIX) {
             if let Some(old) = self.snapshots.get(name) {
                 self.frozen.remove(&old.inode);

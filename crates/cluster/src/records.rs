@@ -252,6 +252,8 @@ pub struct SettingsRecord {
     pub full_ratio_percent: u32,
     /// The most snapshots a volume's head reads through: a deeper chain is refused (flatten).
     pub snapshot_chain_max: u32,
+    /// How long a removed volume stays in the trash, restorable, before the mon purges it.
+    pub trash_retention_s: u64,
 }
 
 impl Default for SettingsRecord {
@@ -267,6 +269,7 @@ impl Default for SettingsRecord {
             nearfull_ratio_percent: 85,
             full_ratio_percent: 95,
             snapshot_chain_max: 64,
+            trash_retention_s: 24 * 3600,
         }
     }
 }
@@ -486,6 +489,26 @@ impl SnapshotRecord {
     /// `VOLUME@SNAP`, as the CLI, the API and the NBD exports name it.
     pub fn full_name(&self) -> String {
         snapshot_name(&self.volume, &self.name)
+    }
+}
+
+/// `/basalt/trash/<id>`: a volume removed to the trash with its snapshots, their records as they
+/// were, its name free for another; restorable until `expires_unix_ms`, when the mon purges it
+/// (ADR 0030). Its objects stay on the OSDs meanwhile, read by no one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrashRecord {
+    #[serde(default = "format_version")]
+    pub version: u32,
+    pub volume: VolumeRecord,
+    pub snapshots: Vec<SnapshotRecord>,
+    pub trashed_unix_ms: u64,
+    pub expires_unix_ms: u64,
+}
+
+impl TrashRecord {
+    /// The entry's id: its volume's head inode, unique while it is in the trash.
+    pub fn id(&self) -> u64 {
+        self.volume.id
     }
 }
 

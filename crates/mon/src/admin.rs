@@ -356,7 +356,7 @@ async fn find_pool(store: &dyn MetaStore, name: &str) -> Result<Option<(PoolReco
 }
 
 /// Deletes a pool, its PG table and its volume counter, then its PG history, refusing while
-/// any volume (even one being deleted) is in it. The transaction compares the pool's volume
+/// any volume (even one being deleted, or in the trash) is in it. The transaction compares the pool's volume
 /// counter, read before the volume listing: every volume creation moves it, so no volume can
 /// appear in the pool between the check and the delete.
 pub async fn delete_pool(store: &dyn MetaStore, name: &str) -> Result<PoolRecord, AdminError> {
@@ -371,6 +371,13 @@ pub async fn delete_pool(store: &dyn MetaStore, name: &str) -> Result<PoolRecord
             let volume: VolumeRecord = decode(&kv.key, &kv.value)?;
             if volume.pool == pool.id {
                 users.push(volume.name);
+            }
+        }
+        // A volume in the trash may come back (its restore moves the counter too).
+        for kv in store.list(keys::TRASH_PREFIX).await? {
+            let entry: cluster::TrashRecord = decode(&kv.key, &kv.value)?;
+            if entry.volume.pool == pool.id {
+                users.push(format!("{} (in the trash)", entry.volume.name));
             }
         }
         if !users.is_empty() {

@@ -26,9 +26,10 @@ use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::down_report::{self, DownReport};
 use crate::snapshot_views::{self, SnapshotList, SnapshotView};
 use crate::snapshots::{self, CreateClone, CreateSnapshot};
+use crate::trash_views::{self, TrashList, TrashView};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
 use crate::views::{DownReportView, LocalOsdView, PgList, VolumeList, VolumeView};
-use crate::{osd_admin, scrub, seal};
+use crate::{osd_admin, scrub, seal, trash};
 use crate::{LocalOsdError, LocalOsds, Shared, StopRequest};
 
 /// The API's routes on top of `shared`'s store.
@@ -41,6 +42,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/volumes", get(list_volumes).post(create_volume))
         .route("/volumes/{name}", get(get_volume).patch(resize_volume).delete(delete_volume))
         .route("/volumes/{name}/rollback", post(rollback_volume))
+        .route("/trash", get(list_trash).delete(purge_expired_trash))
+        .route("/trash/{which}", delete(purge_trash))
+        .route("/trash/{which}/restore", post(restore_trash))
         .route("/snapshots", get(list_snapshots).post(create_snapshot))
         .route("/snapshots/{name}", get(get_snapshot).delete(delete_snapshot))
         .route("/snapshots/{name}/clones", post(clone_snapshot))
@@ -541,14 +545,92 @@ async fn resize_volume(
     Ok(Json(volume_view(&shared, &volume, &map)))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeRemoval {
+    /// Skip the trash: delete the volume and its objects now.
+    #[serde(default)]
+    now: bool,
+}
+
+/// Moves a volume and its snapshots to the trash (ADR 0030), or with `?now=true` flags it
+/// `deleting` for the leader to remove.
 async fn delete_volume(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,
-) -> ApiResult<(StatusCode, Json<VolumeView>)> {
+    removal: Result<Query<VolumeRemoval>, QueryRejection>,
+) -> ApiResult<Response> {
+    let Query(removal) = removal.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
     let store = shared.store.as_ref();
-    let volume = admin::mark_volume_deleting(store, &name).await?;
+    if removal.now {
+        let volume = admin::mark_volume_deleting(store, &name).await?;
+        let map = cluster_watch::load(store).await?;
+        return Ok((StatusCode::ACCEPTED, Json(volume_view(&shared, &volume, &map))).into_response());
+    }
+    let entry = trash::move_to_trash(store, &name, stdx::wall_clock::unix_ms()).await?;
     let map = cluster_watch::load(store).await?;
-    Ok((StatusCode::ACCEPTED, Json(volume_view(&shared, &volume, &map))))
+    Ok(Json(trash_views::trash_view(&map, &entry)).into_response())
+}
+
+async fn list_trash(State(shared): State<Arc<Shared>>) -> ApiResult<Json<TrashList>> {
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
+    Ok(Json(trash_views::trash_list(&map)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrashRestore {
+    /// The name to restore it under (its own if absent).
+    #[serde(rename = "as", default)]
+    as_name: Option<String>,
+}
+
+async fn restore_trash(
+    State(shared): State<Arc<Shared>>,
+    Path(which): Path<String>,
+    Body(request): Body<TrashRestore>,
+) -> ApiResult<Json<VolumeView>> {
+    let store = shared.store.as_ref();
+    let volume = trash::restore(store, &which, request.as_name.as_deref()).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok(Json(volume_view(&shared, &volume, &map)))
+}
+
+/// Purges one entry: its volume and snapshots go to the reaper.
+async fn purge_trash(
+    State(shared): State<Arc<Shared>>,
+    Path(which): Path<String>,
+) -> ApiResult<(StatusCode, Json<TrashView>)> {
+    let store = shared.store.as_ref();
+    let entry = trash::purge(store, &which).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok((StatusCode::ACCEPTED, Json(trash_views::trash_view(&map, &entry))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrashPurge {
+    /// Purge the entries that expired (the leader does it too, within a second).
+    #[serde(default)]
+    expired: bool,
+}
+
+async fn purge_expired_trash(
+    State(shared): State<Arc<Shared>>,
+    purge: Result<Query<TrashPurge>, QueryRejection>,
+) -> ApiResult<(StatusCode, Json<TrashList>)> {
+    let Query(purge) = purge.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    if !purge.expired {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "name the entry to purge (DELETE /trash/NAME), or purge those that expired with ?expired=true",
+        ));
+    }
+    let store = shared.store.as_ref();
+    let purged = trash::purge_expired(store, stdx::wall_clock::unix_ms(), None).await?;
+    let map = cluster_watch::load(store).await?;
+    let entries = purged.iter().map(|entry| trash_views::trash_view(&map, entry)).collect();
+    Ok((StatusCode::ACCEPTED, Json(TrashList { entries })))
 }
 
 async fn list_osds(State(shared): State<Arc<Shared>>) -> ApiResult<Json<OsdList>> {

@@ -30,6 +30,8 @@ pub mod snapshots;
 pub mod stderr_log;
 #[cfg(test)]
 mod test_maps;
+pub mod trash;
+pub mod trash_views;
 pub mod views;
 
 use std::collections::BTreeMap;

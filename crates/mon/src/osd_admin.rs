@@ -186,6 +186,7 @@ pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> 
     check("nearfull_ratio_percent", change.nearfull_ratio_percent.map(u64::from), 1, 99)?;
     check("full_ratio_percent", change.full_ratio_percent.map(u64::from), 1, 99)?;
     check("snapshot_chain_max", change.snapshot_chain_max.map(u64::from), 1, SNAPSHOT_CHAIN_MAX_LIMIT)?;
+    check("trash_retention_s", change.trash_retention_s, 0, 365 * 24 * 3600)?;
     for _ in 0..CAS_ATTEMPTS_MAX {
         let kv = store.get(keys::SETTINGS).await?;
         let mut record = match &kv {
@@ -202,6 +203,7 @@ pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> 
             nearfull_ratio_percent,
             full_ratio_percent,
             snapshot_chain_max,
+            trash_retention_s,
         } = change.clone();
         record.down_out_interval_s = down_out_interval_s.unwrap_or(record.down_out_interval_s);
         record.recovery_bytes_per_s_max = recovery_bytes_per_s_max.unwrap_or(record.recovery_bytes_per_s_max);
@@ -213,6 +215,7 @@ pub async fn change_settings(store: &dyn MetaStore, change: &SettingsChange) -> 
         record.nearfull_ratio_percent = nearfull_ratio_percent.unwrap_or(record.nearfull_ratio_percent);
         record.full_ratio_percent = full_ratio_percent.unwrap_or(record.full_ratio_percent);
         record.snapshot_chain_max = snapshot_chain_max.unwrap_or(record.snapshot_chain_max);
+        record.trash_retention_s = trash_retention_s.unwrap_or(record.trash_retention_s);
         if record.nearfull_ratio_percent > record.full_ratio_percent {
             return Err(AdminError::Invalid(format!(
                 "nearfull_ratio_percent {} is above full_ratio_percent {}",

@@ -370,7 +370,13 @@ pub fn readers_of(map: &ClusterMap, layer: u64) -> Vec<String> {
         .values()
         .filter(|snapshot| snapshot.parent.as_ref().is_some_and(|parent| parent.inode == layer))
         .map(SnapshotRecord::full_name);
-    volumes.chain(snapshots).collect()
+    // A volume in the trash reads through its parent again once restored.
+    let trashed = map.trash.values().filter_map(|entry| {
+        let reads = |parent: &Option<cluster::Parent>| parent.as_ref().is_some_and(|parent| parent.inode == layer);
+        (reads(&entry.volume.parent) || entry.snapshots.iter().any(|snapshot| reads(&snapshot.parent)))
+            .then(|| format!("{} (in the trash, id {:016x})", entry.volume.name, entry.id()))
+    });
+    volumes.chain(snapshots).chain(trashed).collect()
 }
 
 /// Refuses a volume a snapshot or clone cannot build on.

@@ -406,6 +406,7 @@ pub struct SettingsChange {
     pub nearfull_ratio_percent: Option<u32>,
     pub full_ratio_percent: Option<u32>,
     pub snapshot_chain_max: Option<u32>,
+    pub trash_retention_s: Option<u64>,
 }
 
 /// `POST /osds/{id}/reweight`.

@@ -244,7 +244,7 @@ async fn volumes_live_and_die_and_pools_are_removed_only_when_empty() {
 
     check(api, "DELETE", "/pools/default", None, 409, "pool \"default\" still holds 2 volumes (db, db2)").await;
     for name in ["db", "db2"] {
-        let (status, volume) = http(api, "DELETE", &format!("/volumes/{name}"), None).await;
+        let (status, volume) = http(api, "DELETE", &format!("/volumes/{name}?now=true"), None).await;
         assert_eq!(status, 202, "{volume}");
         assert_eq!(volume["state"], "deleting");
     }
@@ -309,7 +309,7 @@ async fn deletion_progress_shows_until_the_reaper_is_done() {
     for id in 1..=3 {
         set_live(store.as_ref(), id, false).await;
     }
-    let (status, _) = http(api, "DELETE", "/volumes/v", None).await;
+    let (status, _) = http(api, "DELETE", "/volumes/v?now=true", None).await;
     assert_eq!(status, 202);
     let volume = eventually("progress to show", || async {
         let (_, volume) = http(api, "GET", "/volumes/v", None).await;

@@ -21,7 +21,8 @@ pub enum Command {
     /// Change one setting: down_out_interval_s (seconds an OSD may stay down before it is
     /// marked out and its PGs are rebuilt elsewhere), nearfull_ratio_percent and
     /// full_ratio_percent (how full an OSD's drive may get before `basalt status` warns, and
-    /// before it takes no new objects), and the recovery and scrub settings `config get` lists.
+    /// before it takes no new objects), trash_retention_s (seconds a removed volume stays
+    /// restorable), and the recovery and scrub settings `config get` lists.
     Set { name: String, value: String },
 }
 

@@ -20,4 +20,5 @@ pub mod pool;
 pub mod scrub;
 pub mod snapshot;
 pub mod status;
+pub mod trash;
 pub mod volume;

@@ -1,5 +1,6 @@
 //! `basalt volume create|ls|info|resize|clone|rollback|rm`: volumes through the mon's API.
 
+use mon::trash_views::TrashView;
 use mon::views::{VolumeList, VolumeView};
 use serde_json::json;
 
@@ -56,12 +57,17 @@ pub enum Command {
         /// The snapshot, VOLUME@SNAPSHOT.
         snapshot: String,
     },
-    /// Delete a volume: its data is removed in the background, with progress shown until it is
+    /// Move a volume and its snapshots to the trash, its name free again: `basalt trash restore`
+    /// brings it back until the trash's retention (`trash_retention_s`) ends it. With --now,
+    /// delete it at once: its data is removed in the background, with progress shown until it is
     /// gone (unless --no-wait).
     Rm {
         name: String,
-        /// Return once the deletion has started.
+        /// Skip the trash: delete the volume and its data now.
         #[arg(long)]
+        now: bool,
+        /// With --now, return once the deletion has started.
+        #[arg(long, requires = "now")]
         no_wait: bool,
     },
 }
@@ -93,7 +99,8 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
             let volume = snapshot.split_once('@').map_or(snapshot.as_str(), |(volume, _)| volume);
             client.post(&format!("/volumes/{}/rollback", segment(volume)), &json!({ "snapshot": snapshot }))?
         }
-        Command::Rm { name, .. } => client.delete(&format!("/volumes/{}", segment(name)))?,
+        Command::Rm { name, now: false, .. } => client.delete(&format!("/volumes/{}", segment(name)))?,
+        Command::Rm { name, now: true, .. } => client.delete(&format!("/volumes/{}?now=true", segment(name)))?,
     };
     if json {
         print_json(&answer);
@@ -181,10 +188,18 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
             let volume: VolumeView = decode(answer)?;
             println!("volume {} is now {} ({} bytes)", volume.name, format_bytes(volume.size_bytes), volume.size_bytes);
         }
-        Command::Rm { name, no_wait: true } => {
+        Command::Rm { name, now: false, .. } => {
+            let entry: TrashView = decode(answer)?;
+            println!(
+                "volume {name} moved to the trash (id {}); `basalt trash restore {name}` brings it back until it expires {}",
+                entry.id,
+                crate::cmd::trash::expiry(entry.expires_unix_ms)
+            );
+        }
+        Command::Rm { name, now: true, no_wait: true } => {
             println!("volume {name} is being deleted; its data is removed in the background");
         }
-        Command::Rm { name, no_wait: false } => {
+        Command::Rm { name, now: true, no_wait: false } => {
             wait_for_removal(&client, &name, global)?;
             println!("volume {name} deleted");
         }
