@@ -4,7 +4,10 @@
 //! clone, whole-object trims over a parent, an OSD killed and its PGs recovered, a scrub that
 //! repairs damaged copies, an OSD joining and the PGs moved onto it backfilled, and a rollback;
 //! fio's `--verify=crc32c` holds a snapshot to what was written before it while the volume is
-//! overwritten. Then every bad input the commands refuse.
+//! overwritten. The trash (ADR 0030): a volume with a snapshot removed, its name taken by a new
+//! volume, restored under another name with its data and its snapshot's as fio wrote them,
+//! purged by hand or on expiry with every object removed. Then every bad input the commands
+//! refuse.
 
 mod common;
 
@@ -240,6 +243,49 @@ fn snapshots_and_clones_keep_their_data_through_overwrites_failures_scrub_and_ro
             );
             std::thread::sleep(Duration::from_millis(250));
         }
+    });
+}
+
+#[test]
+fn a_volume_in_the_trash_keeps_its_data_until_restored_and_loses_it_when_purged() {
+    isolated(|| {
+        let cluster = Cluster::start(Store::Embedded, "trash", 3, 3, 2, "32M");
+        let dir = cluster.scratch.path().to_path_buf();
+        cli(&["volume", "rm", "v", "--now", "--api", API]);
+        cli(&["volume", "create", "t", "--size", "8M", "--pool", "p", "--api", API]);
+        fio_on(&dir, "t", 3, &[]);
+        cli(&["snapshot", "create", "t@s", "--api", API]);
+        fio_on(&dir, "t", 4, &[]);
+
+        let removed = cli(&["volume", "rm", "t", "--api", API]);
+        assert!(removed.contains("moved to the trash"), "{removed}");
+        let trash = api(&["trash", "ls"]);
+        assert_eq!(trash["entries"][0]["name"], "t", "{trash}");
+        assert_eq!(trash["entries"][0]["snapshots"], serde_json::json!(["s"]), "{trash}");
+        assert!(refused(&["volume", "info", "t"]).contains("does not exist"));
+        // The name is free: a new volume takes it, with other data.
+        cli(&["volume", "create", "t", "--size", "8M", "--pool", "p", "--api", API]);
+        fio_on(&dir, "t", 5, &[]);
+        assert!(refused(&["trash", "restore", "t"]).contains("exists"));
+        let restored = cli(&["trash", "restore", "t", "--as", "t-old", "--api", API]);
+        assert!(restored.contains("volume t-old restored"), "{restored}");
+        // Everything as fio wrote it: the restored volume, its snapshot, the new volume.
+        fio_on(&dir, "t-old", 4, &["--verify_only"]);
+        fio_on(&dir, "t-old@s", 3, &["--verify_only"]);
+        fio_on(&dir, "t", 5, &["--verify_only"]);
+
+        // Purged by hand, and on expiry: no object of either family is left.
+        cli(&["volume", "rm", "t-old", "--api", API]);
+        let purged = cli(&["trash", "purge", "t-old", "--api", API]);
+        assert!(purged.contains("purged t-old"), "{purged}");
+        cli(&["config", "set", "trash_retention_s", "1", "--api", API]);
+        cli(&["volume", "rm", "t", "--api", API]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while held_objects() > 0 || !api(&["trash", "ls"])["entries"].as_array().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "objects left after the purges: {:?}", objects_left());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        assert_eq!(api(&["volume", "ls"])["volumes"].as_array().map(Vec::len), Some(0));
     });
 }
 
