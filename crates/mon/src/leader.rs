@@ -180,43 +180,6 @@ async fn campaign_and_lead(
         end = down_out_loop(shared, watcher, &leadership) => end,
         end = mark_down_loop(shared, watcher, &leadership) => end,
         end = seal_loop(shared, watcher) => end,
-        end = trash_loop(shared, watcher, &leadership) => end,
-    }
-}
-
-/// How long the leader waits before it tries again to purge an expired trash entry.
-const TRASH_RETRY: Duration = Duration::from_secs(1);
-
-/// Purges trash entries once they expire (ADR 0030): each goes, flagged `deleting`, to the
-/// reaper (`reap_loop`), in a transaction fenced by the leader key. Sleeps until the next
-/// expiry or a change of the map.
-async fn trash_loop(shared: &Shared, watcher: &MapWatcher, leadership: &Leadership) -> Result<TermEnd, MetaError> {
-    let store = shared.store.as_ref();
-    let mut receiver = watcher.subscribe();
-    loop {
-        let map = receiver.borrow_and_update().clone();
-        let now_unix_ms = stdx::wall_clock::unix_ms();
-        let mut wake = map
-            .trash
-            .values()
-            .map(|entry| Instant::now() + Duration::from_millis(entry.expires_unix_ms.saturating_sub(now_unix_ms)))
-            .min();
-        if map.trash.values().any(|entry| entry.expires_unix_ms <= now_unix_ms) {
-            if let Err(error) = crate::trash::purge_expired(store, now_unix_ms, Some(leadership.fence())).await {
-                tracing::warn!(%error, "cannot purge the trash entries that expired; trying again");
-            }
-            // The purge changes the map, which wakes this loop; an entry left is tried again.
-            wake = Some(Instant::now() + TRASH_RETRY);
-        }
-        tokio::select! {
-            biased;
-            changed = receiver.changed() => {
-                if changed.is_err() {
-                    return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));
-                }
-            }
-            () = sleep_until(wake) => {}
-        }
     }
 }
 
@@ -616,7 +579,7 @@ fn unread_hidden_layer(map: &ClusterMap, snapshot: &cluster::SnapshotRecord) -> 
 }
 
 /// Deletes the volumes flagged `deleting`, one at a time, whenever the map shows some, and the
-/// hidden layers nothing reads through.
+/// hidden layers nothing reads through; purges the trash entries that expired.
 async fn reap_loop(
     shared: &Shared,
     watcher: &MapWatcher,
@@ -628,6 +591,20 @@ async fn reap_loop(
     loop {
         let map = receiver.borrow_and_update().clone();
         let mut failed = false;
+        // Trash entries past their retention go, flagged `deleting`, to the loop below (ADR 0030).
+        let now_unix_ms = stdx::wall_clock::unix_ms();
+        if map.trash.values().any(|entry| entry.expires_unix_ms <= now_unix_ms) {
+            if let Err(error) = crate::trash::purge_expired(store, now_unix_ms, Some(leadership.fence())).await {
+                tracing::warn!(%error, "cannot purge the trash entries that expired; retrying in 5 s");
+                failed = true;
+            }
+        }
+        let next_expiry = map
+            .trash
+            .values()
+            .filter(|entry| entry.expires_unix_ms > now_unix_ms)
+            .map(|entry| Instant::now() + Duration::from_millis(entry.expires_unix_ms - now_unix_ms))
+            .min();
         for volume in map.volumes.values().filter(|volume| volume.is_deleting()) {
             let key = keys::volume(&volume.name);
             // The map has no revisions: read the record again for the comparison.
@@ -669,6 +646,7 @@ async fn reap_loop(
                 }
             }
             _ = tokio::time::sleep(Duration::from_secs(5)), if failed => {}
+            () = sleep_until(next_expiry) => {}
         }
     }
 }
