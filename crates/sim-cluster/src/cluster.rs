@@ -43,6 +43,8 @@ pub(crate) const MON_NODE: &str = "mon";
 pub(crate) const MONS: [(&str, &str); 2] = [(MON_NODE, "mon-a"), ("mon-b", "mon-b")];
 /// How long a graceful stop may take (the OSD's own budget is 3 s, `OsdConfig::shutdown_timeout`).
 const GRACEFUL_STOP_DEADLINE: Duration = Duration::from_secs(20);
+/// How long a volume stays in the trash, with `SimOptions::trash`.
+pub(crate) const TRASH_RETENTION_S: u64 = 3;
 /// How long the cluster may take to serve before the run gives up on it.
 const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -624,6 +626,13 @@ async fn prepare(store: &Arc<dyn MetaStore>, options: &SimOptions) -> Result<(),
         mon::osd_admin::change_settings(store.as_ref(), &change)
             .await
             .map_err(|error| format!("the down-out interval could not be set: {error}"))?;
+    }
+    if options.trash {
+        // Short enough that some clones expire in the trash while the clients run.
+        let change = mon::views::SettingsChange { trash_retention_s: Some(TRASH_RETENTION_S), ..Default::default() };
+        mon::osd_admin::change_settings(store.as_ref(), &change)
+            .await
+            .map_err(|error| format!("the trash retention could not be set: {error}"))?;
     }
     for volume in 0..options.volumes {
         let request = mon::admin::CreateVolume {

@@ -143,6 +143,9 @@ pub struct SimOptions {
     /// Whether the control plane is two mons and a store of three members, whose faults are
     /// drawn too (`faults.rs`, `store_members.rs`). Seeds found before it replay with it off.
     pub control_plane: bool,
+    /// Whether clones are removed to the trash, then restored or purged, or left to expire
+    /// (`snapshots.rs`). Seeds found before it replay with it off.
+    pub trash: bool,
 }
 
 impl SimOptions {
@@ -214,6 +217,7 @@ impl Default for SimOptions {
             late_join: false,
             snapshots: false,
             control_plane: false,
+            trash: false,
         }
     }
 }
@@ -282,7 +286,9 @@ fn replay_with_trace(seed: u64, options: &SimOptions, trace: &str) -> String {
     if options.nbd {
         command.push_str(" BASALT_SIM_NBD=1");
     }
-    if options.control_plane {
+    if options.trash {
+        command.push_str(" BASALT_SIM_GEOMETRY=trash");
+    } else if options.control_plane {
         command.push_str(" BASALT_SIM_GEOMETRY=control");
     } else if options.snapshots {
         command.push_str(" BASALT_SIM_GEOMETRY=snapshots");

@@ -3,7 +3,11 @@
 //! Each snapshot is held to the cut (`History::check_snapshot_read`, `check_snapshot_cut`) and
 //! never changes once read; a clone reads its snapshot wherever it has not written (its own
 //! exact model: this task is its only writer); a rollback is, to the history, a write of every
-//! block with the snapshot's contents, in flight for as long as the call.
+//! block with the snapshot's contents, in flight for as long as the call. With
+//! `SimOptions::trash`, a clone is then often removed to the trash: its name must be free at
+//! once; restored (under its name or another) it must read as its model; purged, or left past
+//! its retention for the leader to purge, it must be gone, and a restore racing the expiry must
+//! bring it back whole or not at all.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -41,6 +45,7 @@ pub(crate) async fn run(
     client: Rc<Client>,
     volumes: usize,
     blocks_per_volume: u64,
+    trash: bool,
     run: Rc<Run>,
     taken: Rc<std::cell::RefCell<Taken>>,
 ) {
@@ -59,6 +64,14 @@ pub(crate) async fn run(
                 if let Some((name, index)) = take(&store, volume, attempts, &run).await {
                     taken.borrow_mut().snapshots.push((name.clone(), index));
                     read_some(&client, &name, index, blocks_per_volume, &mut rng, &run).await;
+                    // With the trash, a clone of it at once, most often (runs are short).
+                    if trash && rng.gen_bool(0.7) {
+                        clones += 1;
+                        let made = clone_and_check(&store, &client, &name, index, clones, &mut rng, &run).await;
+                        if let Some((clone_name, source, model)) = made {
+                            trash_round(&store, &client, &clone_name, source, &model, &mut rng, &run).await;
+                        }
+                    }
                 }
             }
             6 | 7 => {
@@ -69,7 +82,10 @@ pub(crate) async fn run(
             8 => {
                 if let Some((name, index)) = existing.first().copied() {
                     clones += 1;
-                    clone_and_check(&store, &client, name, *index, clones, &mut rng, &run).await;
+                    let made = clone_and_check(&store, &client, name, *index, clones, &mut rng, &run).await;
+                    if let (true, Some((clone_name, source, model))) = (trash, made) {
+                        trash_round(&store, &client, &clone_name, source, &model, &mut rng, &run).await;
+                    }
                 }
             }
             _ => {
@@ -167,7 +183,8 @@ pub(crate) async fn pin_all(client: &Client, name: &str, index: usize, run: &Run
 }
 
 /// Clones snapshot `name`, then writes and reads some blocks of the clone: each reads as this
-/// task's last write to it, or as the snapshot.
+/// task's last write to it, or as the snapshot. Returns the clone's name, the volume its blocks'
+/// contents are named after, and its model, if it was made and read as it should.
 async fn clone_and_check(
     store: &Arc<dyn MetaStore>,
     client: &Client,
@@ -176,17 +193,21 @@ async fn clone_and_check(
     number: usize,
     rng: &mut SmallRng,
     run: &Run,
-) {
+) -> Option<(String, usize, BTreeMap<u64, u64>)> {
     let held = pin_all(client, name, index, run).await;
     let source = run.history.borrow().snapshot_volume(index);
     let clone_name = format!("clone{number}");
     let request = mon::snapshots::CreateClone { snapshot: name.to_string(), name: clone_name.clone(), pool: None };
     if let Err(error) = SimNet::on_node("admin", mon::snapshots::clone_volume(store.as_ref(), &request)).await {
-        return run.record(format_args!("clone {clone_name} of {name} not made: {error}"));
+        run.record(format_args!("clone {clone_name} of {name} not made: {error}"));
+        return None;
     }
     let clone = match SimNet::on_node("admin", client.open_volume(&clone_name)).await {
         Ok(clone) => clone,
-        Err(error) => return run.violation(format!("clone {clone_name} could not be opened: {error}")),
+        Err(error) => {
+            run.violation(format!("clone {clone_name} could not be opened: {error}"));
+            return None;
+        }
     };
     run.record(format_args!("cloned {name} as {clone_name}"));
     // The clone's contents: the snapshot's, then this task's writes (ids from the snapshot's
@@ -202,7 +223,10 @@ async fn clone_and_check(
                 Ok(()) => {
                     model.insert(block, id);
                 }
-                Err(error) => return run.violation(format!("a write to clone {clone_name} failed: {error}")),
+                Err(error) => {
+                    run.violation(format!("a write to clone {clone_name} failed: {error}"));
+                    return None;
+                }
             }
         } else {
             check_clone_block(&clone, &clone_name, source, block, &model, run).await;
@@ -211,6 +235,69 @@ async fn clone_and_check(
     for block in model.keys().copied().collect::<Vec<_>>() {
         check_clone_block(&clone, &clone_name, source, block, &model, run).await;
     }
+    Some((clone_name, source, model))
+}
+
+/// Removes clone `name` to the trash, then restores it (under its name or another) at once or
+/// after up to twice the retention, or purges it; checks what each outcome must leave.
+async fn trash_round(
+    store: &Arc<dyn MetaStore>,
+    client: &Client,
+    name: &str,
+    source: usize,
+    model: &BTreeMap<u64, u64>,
+    rng: &mut SmallRng,
+    run: &Run,
+) {
+    if !rng.gen_bool(0.6) {
+        return;
+    }
+    let now = stdx::wall_clock::unix_ms();
+    let entry = match SimNet::on_node("admin", mon::trash::move_to_trash(store.as_ref(), name, now)).await {
+        Ok(entry) => entry,
+        Err(error) => return run.record(format_args!("clone {name} not moved to the trash: {error}")),
+    };
+    let id = format!("{:016x}", entry.id());
+    run.record(format_args!("clone {name} moved to the trash as {id}"));
+    if named(store, name).await {
+        return run.violation(format!("clone {name} is still a volume once in the trash"));
+    }
+    if rng.gen_bool(0.25) {
+        match SimNet::on_node("admin", mon::trash::purge(store.as_ref(), &id)).await {
+            Ok(_) => run.record(format_args!("trash entry {id} purged")),
+            Err(error) => run.violation(format!("trash entry {id} not purged: {error}")),
+        }
+        return;
+    }
+    let wait = Duration::from_millis(rng.gen_range(0..2 * crate::cluster::TRASH_RETENTION_S * 1000));
+    tokio::time::sleep(wait).await;
+    let restored_name = if rng.gen_bool(0.5) { name.to_string() } else { format!("{name}r") };
+    let restore = mon::trash::restore(store.as_ref(), &id, Some(&restored_name));
+    match SimNet::on_node("admin", restore).await {
+        Ok(_) => {
+            run.record(format_args!("trash entry {id} restored as {restored_name} after {wait:?}"));
+            let restored = match SimNet::on_node("admin", client.open_volume(&restored_name)).await {
+                Ok(restored) => restored,
+                Err(error) => return run.violation(format!("restored {restored_name} could not be opened: {error}")),
+            };
+            for &block in model.keys() {
+                check_clone_block(&restored, &restored_name, source, block, model, run).await;
+            }
+        }
+        // Past its retention the leader purges it: then nothing comes back.
+        Err(mon::admin::AdminError::NotFound(_)) => {
+            run.record(format_args!("trash entry {id} gone after {wait:?}: purged by the leader"));
+            if named(store, &restored_name).await {
+                run.violation(format!("{restored_name} is a volume after its trash entry was purged"));
+            }
+        }
+        Err(error) => run.violation(format!("trash entry {id} not restored: {error}")),
+    }
+}
+
+/// Whether the store names volume `name` now (a client's map may lag it).
+async fn named(store: &Arc<dyn MetaStore>, name: &str) -> bool {
+    cluster_watch::load(store.as_ref()).await.map_or(true, |map| map.volumes.contains_key(name))
 }
 
 async fn check_clone_block(

@@ -112,6 +112,7 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
             client.clone(),
             options.volumes,
             options.blocks_per_volume,
+            options.trash,
             run.clone(),
             taken.clone(),
         );

@@ -11,9 +11,10 @@
 //! `BASALT_SIM_NBD=1` sends the clients through the NBD gateway (`gateway.rs` runs those seeds).
 //! Each seed draws its geometry (3 to 6 OSDs, 2 or 3 copies, `min_size` below them) and its
 //! workload (object and journal sizes, pipelined clients, whole-object ops), with two streams of
-//! faults at once and, with OSDs to spare, one OSD that may join late, with snapshots taken, on
-//! a control plane of two mons and a store of three members with their own faults, unless
-//! `BASALT_SIM_GEOMETRY` says otherwise: `snapshots` (one mon, a store of one member, how the
+//! faults at once and, with OSDs to spare, one OSD that may join late, with snapshots taken and
+//! clones removed to the trash, on a control plane of two mons and a store of three members with
+//! their own faults, unless `BASALT_SIM_GEOMETRY` says otherwise: `control` (no trash, how the
+//! seeds of `CONTROL_REGRESSIONS` were found), `snapshots` (one mon, a store of one member, how the
 //! seeds of `SNAPSHOT_REGRESSIONS` were found), `joining` (no snapshots either), `overlapping` (no late join, how the seeds of
 //! `OVERLAPPING_REGRESSIONS` were found), `wide` (one stream of faults,
 //! how the seeds of `WIDE_REGRESSIONS` were found), `drawn` (the geometry only: those of
@@ -95,7 +96,8 @@ fn options_from_env() -> SimOptions {
     };
     let drawn = scenario.is_none();
     let stage = match std::env::var("BASALT_SIM_GEOMETRY").as_deref() {
-        Err(_) | Ok("control") => 6,
+        Err(_) | Ok("trash") => 7,
+        Ok("control") => 6,
         Ok("snapshots") => 5,
         Ok("joining") => 4,
         Ok("overlapping") => 3,
@@ -103,7 +105,8 @@ fn options_from_env() -> SimOptions {
         Ok("drawn") => 1,
         Ok("fixed") => 0,
         Ok(other) => panic!(
-            "BASALT_SIM_GEOMETRY={other}: control (all of snapshots, with two mons and a store of three members, and \
+            "BASALT_SIM_GEOMETRY={other}: trash (all of control, with clones removed to the trash and restored, purged or \
+             left to expire), control (all of snapshots, with two mons and a store of three members, and \
              their faults), snapshots (all of joining, with snapshots, clones and rollbacks), joining \
              (geometry and workload from each seed, two streams of faults, an OSD that may join late), overlapping (no late join), wide (one stream of faults), drawn (the geometry \
              only) or fixed"
@@ -119,6 +122,7 @@ fn options_from_env() -> SimOptions {
         osd_joins: drawn && stage >= 4,
         snapshots: drawn && stage >= 5,
         control_plane: options.control_plane || (drawn && stage >= 6),
+        trash: drawn && stage >= 7,
         ..options
     }
 }
