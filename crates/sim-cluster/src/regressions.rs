@@ -67,9 +67,10 @@ pub const SNAPSHOT_REGRESSIONS: [(u64, &str); 6] = [
 ];
 
 /// Seeds that once failed on the control plane of two mons and a store of three members.
-pub const CONTROL_REGRESSIONS: [(u64, &str); 2] = [
+pub const CONTROL_REGRESSIONS: [(u64, &str); 3] = [
     (412, "an OSD restarted while the store elected a leader exited when reading its own record failed (a start now waits for the store at every step; since the model of a node cut off from the store changed, the seed no longer reaches it, and `osd/tests/replication.rs` holds it)"),
     (2428, "a harness bug: an OSD whose drive failed finished stopping (its lease revocation waiting for the store's election) after the fault was undone, and was taken for one that stopped with no fault"),
+    (37083, "a primary cut off from the store recorded its epoch-3 set after the PG had moved to epoch 6, where its successor, finding the PG clean, had acknowledged writes with no record: the next peering took the late record for the latest set and discarded them (a history write now compares the PG table with its writer's map)"),
 ];
 
 /// Every seed above with the options of the stage it was found in.

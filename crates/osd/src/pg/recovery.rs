@@ -329,6 +329,10 @@ impl Osd {
                 Ok(())
             }
             Ok(Written::Changed) => Err(OpError::HistoryChanged { pg }),
+            Ok(Written::TableMoved) => Err(OpError::HistoryNotRecorded {
+                pg,
+                reason: "the PG table changed after this OSD's map; not recorded".to_string(),
+            }),
             Err(reason) => Err(OpError::HistoryNotRecorded { pg, reason }),
         }
     }
@@ -342,7 +346,8 @@ impl Osd {
         revision: i64,
     ) -> Result<Written, String> {
         self.pgs.count_history_write();
-        let written = super::history::write(self.store.as_ref(), state.id, &history, revision).await?;
+        let map_revision = self.map.borrow().revision;
+        let written = super::history::write(self.store.as_ref(), state.id, &history, revision, map_revision).await?;
         match written {
             Written::At(revision) => {
                 state.with_active(|active| {
@@ -354,6 +359,8 @@ impl Osd {
                 stdx::coverage::mark("recovery: the history changed under this primary");
                 self.peer_again(state)
             }
+            // The map catches up; the write is tried again under it if this epoch holds.
+            Written::TableMoved => stdx::coverage::mark("recovery: a history write fenced by a newer PG table"),
         }
         Ok(written)
     }
@@ -579,6 +586,8 @@ impl Osd {
             Ok(Written::At(_)) => tracing::info!(osd = self.id, pg = %pg, epoch = state.epoch, "pg clean"),
             // Someone else wrote it: the PG peers again.
             Ok(Written::Changed) => {}
+            // Tried again once the map catches up, if the epoch holds.
+            Ok(Written::TableMoved) => return Err("the PG table changed after this OSD's map".to_string()),
             Err(reason) => return Err(reason),
         }
         Ok(())
