@@ -43,12 +43,11 @@ pub(crate) async fn run(
     seed: u64,
     store: Arc<dyn MetaStore>,
     client: Rc<Client>,
-    volumes: usize,
-    blocks_per_volume: u64,
-    trash: bool,
+    options: crate::SimOptions,
     run: Rc<Run>,
     taken: Rc<std::cell::RefCell<Taken>>,
 ) {
+    let (volumes, blocks_per_volume, trash) = (options.volumes, options.blocks_per_volume, options.trash);
     let mut rng = SmallRng::seed_from_u64(seed);
     let (mut clones, mut attempts) = (0, 0);
     loop {

@@ -110,9 +110,7 @@ pub(crate) async fn run(seed: u64, options: &SimOptions, store: &Arc<dyn MetaSto
             derive(seed, 11),
             store.clone(),
             client.clone(),
-            options.volumes,
-            options.blocks_per_volume,
-            options.trash,
+            options.clone(),
             run.clone(),
             taken.clone(),
         );
