@@ -14,21 +14,6 @@ use mon::VolumeReaper;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-/// Expects `status` and an error message containing `fragment`.
-async fn check(
-    address: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-    status: u16,
-    fragment: &str,
-) {
-    let (got, answer) = http(address, method, path, body.clone()).await;
-    let message = answer["error"].as_str().unwrap_or_else(|| panic!("{method} {path} {body:?}: no error in {answer}"));
-    assert_eq!(got, status, "{method} {path} {body:?}: {message}");
-    assert!(message.contains(fragment), "{method} {path} {body:?}: {message:?} lacks {fragment:?}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_a_4xx_that_names_the_problem() {
     let (store, _dir) = embedded_store().await;

@@ -138,3 +138,18 @@ pub async fn http(address: std::net::SocketAddr, method: &str, path: &str, body:
     .await
     .expect("the HTTP task")
 }
+
+/// Expects `status` and an error message containing `fragment`.
+pub async fn check(
+    address: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+    fragment: &str,
+) {
+    let (got, answer) = http(address, method, path, body.clone()).await;
+    let message = answer["error"].as_str().unwrap_or_else(|| panic!("{method} {path} {body:?}: no error in {answer}"));
+    assert_eq!(got, status, "{method} {path} {body:?}: {message}");
+    assert!(message.contains(fragment), "{method} {path} {body:?}: {message:?} lacks {fragment:?}");
+}
