@@ -507,6 +507,13 @@ pub struct RecoveryView {
     pub seconds_left: Option<f64>,
 }
 
+/// What the trash holds, in `GET /status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrashSummary {
+    pub volumes: u64,
+    pub provisioned_bytes: u64,
+}
+
 /// `GET /status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusView {
@@ -517,6 +524,9 @@ pub struct StatusView {
     pub osds_down: Vec<OsdDownView>,
     pub pools: u64,
     pub volumes: u64,
+    /// Volumes in the trash (ADR 0030), and the provisioned bytes they hold until purged.
+    #[serde(default)]
+    pub trash: TrashSummary,
     pub pgs: PgSummary,
     #[serde(default)]
     pub recovery: RecoveryView,
@@ -716,6 +726,10 @@ pub fn status_view(
         osds_down,
         pools: map.pools.len() as u64,
         volumes: map.volumes.len() as u64,
+        trash: TrashSummary {
+            volumes: map.trash.len() as u64,
+            provisioned_bytes: map.trash.values().map(|entry| entry.volume.size_bytes).sum(),
+        },
         scrub: scrub_summary(pgs),
         pgs: summary,
         recovery,

@@ -38,6 +38,8 @@ async fn a_volume_in_the_trash_frees_its_name_comes_back_and_goes_when_purged_or
     let (status, _) = http(api, "GET", "/volumes/db", None).await;
     assert_eq!(status, 404);
     assert_eq!(trash(api).await.len(), 1);
+    let (_, status) = http(api, "GET", "/status", None).await;
+    assert_eq!(status["trash"], json!({"volumes": 1, "provisioned_bytes": 1u64 << 30}), "{status}");
     let second = create_volume(api, "db").await;
     assert_ne!(second["id"], first["id"]);
 

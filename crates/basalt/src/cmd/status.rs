@@ -58,6 +58,17 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
     }
     println!("pools     {}", status.pools);
     println!("volumes   {}", status.volumes);
+    if status.trash.volumes > 0 {
+        println!(
+            "trash     {} ({} provisioned), restorable until purged: `basalt trash ls`",
+            if status.trash.volumes == 1 {
+                "1 volume".to_string()
+            } else {
+                format!("{} volumes", status.trash.volumes)
+            },
+            crate::size::format_bytes(status.trash.provisioned_bytes)
+        );
+    }
     let pgs = &status.pgs;
     println!(
         "pgs       {} total: {} active ({} clean, {} degraded, {} recovering), {} peering, {} inactive{}",
