@@ -252,8 +252,11 @@ fn two_copies_impaired(nodes: &Nodes, min_size: u8) -> Option<String> {
             return Some("the store has lost its quorum".to_string());
         }
     }
+    // An OSD whose drive the faults left failing is down too, if it has not finished stopping.
     let down = |index: usize| {
-        !nodes.is_retired(index) && (!nodes.is_running(index) || nodes.with_osd(index, |osd| osd.pause.is_paused()))
+        !nodes.is_retired(index)
+            && (!nodes.is_running(index)
+                || nodes.with_osd(index, |osd| osd.pause.is_paused() || osd.failing_disk.get()))
     };
     // Two faults at once may leave two OSDs down: a PG may have no member of a recorded set up.
     let downs: Vec<String> = (0..nodes.count()).filter(|&index| down(index)).map(|index| nodes.name(index)).collect();
