@@ -232,7 +232,7 @@ async fn list_pgs(
     State(shared): State<Arc<Shared>>,
     filter: Result<Query<PgFilter>, QueryRejection>,
 ) -> ApiResult<Json<PgList>> {
-    let Query(filter) = filter.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let filter = query_of(filter)?;
     let map = cluster_watch::load(shared.store.as_ref()).await?;
     let pools: Vec<&cluster::PoolRecord> = match &filter.pool {
         None => map.pools.values().collect(),
@@ -385,7 +385,7 @@ async fn list_snapshots(
     State(shared): State<Arc<Shared>>,
     filter: Result<Query<SnapshotFilter>, QueryRejection>,
 ) -> ApiResult<Json<SnapshotList>> {
-    let Query(filter) = filter.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let filter = query_of(filter)?;
     let store = shared.store.as_ref();
     if let Some(volume) = &filter.volume {
         admin::get_volume(store, volume).await?;
@@ -553,6 +553,11 @@ struct VolumeRemoval {
     now: bool,
 }
 
+/// A query string decoded, or a 400 naming what is wrong with it.
+fn query_of<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    query.map(|Query(value)| value).map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))
+}
+
 /// Moves a volume and its snapshots to the trash (ADR 0030), or with `?now=true` flags it
 /// `deleting` for the leader to remove.
 async fn delete_volume(
@@ -560,7 +565,7 @@ async fn delete_volume(
     Path(name): Path<String>,
     removal: Result<Query<VolumeRemoval>, QueryRejection>,
 ) -> ApiResult<Response> {
-    let Query(removal) = removal.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let removal = query_of(removal)?;
     let store = shared.store.as_ref();
     if removal.now {
         let volume = admin::mark_volume_deleting(store, &name).await?;
@@ -619,7 +624,7 @@ async fn purge_expired_trash(
     State(shared): State<Arc<Shared>>,
     purge: Result<Query<TrashPurge>, QueryRejection>,
 ) -> ApiResult<(StatusCode, Json<TrashList>)> {
-    let Query(purge) = purge.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let purge = query_of(purge)?;
     if !purge.expired {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -693,7 +698,7 @@ async fn remove_osd(
     Path(id): Path<String>,
     query: Result<Query<RemoveQuery>, QueryRejection>,
 ) -> ApiResult<Json<views::OsdView>> {
-    let Query(query) = query.map_err(|rejection| ApiError::new(StatusCode::BAD_REQUEST, rejection.body_text()))?;
+    let query = query_of(query)?;
     let osd = osd_id(&id)?;
     let map = cluster_watch::load(shared.store.as_ref()).await?;
     let view = views::osd_views(&map).into_iter().find(|view| view.id == osd);

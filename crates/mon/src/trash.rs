@@ -106,8 +106,7 @@ pub async fn restore(store: &dyn MetaStore, which: &str, as_name: Option<&str>) 
                 "a volume named {name:?} exists; restore under another name with --as NEW"
             )));
         }
-        let (volume, _) = renamed(&entry, &name);
-        if take_out(store, &entry, &name, false, None).await? {
+        if let Some(volume) = take_out(store, &entry, &name, false, None).await? {
             tracing::info!(volume = %name, id = %format_args!("{:016x}", entry.id()), "volume restored from the trash");
             return Ok(volume);
         }
@@ -117,18 +116,18 @@ pub async fn restore(store: &dyn MetaStore, which: &str, as_name: Option<&str>) 
 
 /// Takes `entry` out of the trash in one transaction, if its record is still as read: its
 /// volume and snapshots under volume name `name`, flagged `deleting` if `deleting`; with
-/// `fence` (the leader's), only while that holds. Whether it did.
+/// `fence` (the leader's), only while that holds. The volume as put back, if it did.
 async fn take_out(
     store: &dyn MetaStore,
     entry: &TrashRecord,
     name: &str,
     deleting: bool,
     fence: Option<Compare>,
-) -> Result<bool, AdminError> {
+) -> Result<Option<VolumeRecord>, AdminError> {
     let trash_key = keys::trash(entry.id());
-    let Some(kv) = store.get(&trash_key).await? else { return Ok(false) };
+    let Some(kv) = store.get(&trash_key).await? else { return Ok(None) };
     if cluster::records::decode::<TrashRecord>(&trash_key, &kv.value)? != *entry {
-        return Ok(false);
+        return Ok(None);
     }
     let (mut volume, mut snapshots) = renamed(entry, name);
     if deleting {
@@ -152,7 +151,7 @@ async fn take_out(
         compares.push(Compare::absent(&key));
         success.push(TxnOp::put(key, encode(snapshot), None));
     }
-    Ok(store.txn(Txn { compares, success, failure: vec![] }).await?.succeeded)
+    Ok(store.txn(Txn { compares, success, failure: vec![] }).await?.succeeded.then_some(volume))
 }
 
 /// The name a purged entry's volume is deleted under: no user can give it (`+`).
@@ -192,7 +191,7 @@ pub async fn purge(store: &dyn MetaStore, which: &str) -> Result<TrashRecord, Ad
     for _ in 0..CAS_ATTEMPTS_MAX {
         let map = cluster_watch::load(store).await?;
         let entry = find(&map, which)?.clone();
-        if take_out(store, &entry, &purged_name(&entry), true, None).await? {
+        if take_out(store, &entry, &purged_name(&entry), true, None).await?.is_some() {
             tracing::info!(volume = %entry.volume.name, id = %format_args!("{:016x}", entry.id()), "trash entry purged");
             return Ok(entry);
         }
@@ -210,7 +209,7 @@ pub async fn purge_expired(
     let map = cluster_watch::load(store).await?;
     let mut purged = Vec::new();
     for entry in map.trash.values().filter(|entry| entry.expires_unix_ms <= now_unix_ms) {
-        if take_out(store, entry, &purged_name(entry), true, fence.clone()).await? {
+        if take_out(store, entry, &purged_name(entry), true, fence.clone()).await?.is_some() {
             tracing::info!(volume = %entry.volume.name, id = %format_args!("{:016x}", entry.id()), "trash entry expired and purged");
             purged.push(entry.clone());
         }
