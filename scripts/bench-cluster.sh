@@ -2,8 +2,10 @@
 # Cluster benchmark against the raw disk, in one sitting: a mon on the embedded store and three
 # OSDs on files in DIR (replication 3, all on this machine), `basalt bench` through the client
 # library, alternating with fio's raw-baseline.sh on the same filesystem, ROUNDS times.
-# Prints medians, ratios to the raw disk, the OSDs' CPU seconds per 10,000 IOPS, and the disk's
-# floor for three durable copies at once (`basalt engine sync-floor`), which all replicas share.
+# Prints medians, ratios to the raw disk, the OSDs' CPU seconds per 10,000 IOPS, the disk's
+# floor for three durable copies at once (`basalt engine sync-floor`), which all replicas share,
+# the floor for a QD1 read (`basalt engine read-floor`: the disk behind one local round trip),
+# and fio's durable QD32 reference (an fdatasync after every 32 writes).
 #
 # Usage: scripts/bench-cluster.sh [DIR]        (default /var/tmp; needs fio and jq)
 # Env:   ROUNDS=3  RUNTIME=10  OUT=DIR (keeps the raw results)  OSD_SIZE=2G  SPIN_US=0  BASALT_BIN=PATH (a build to run)
@@ -69,8 +71,16 @@ osd_ticks() {
 workloads="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd1-fsync randwrite-4k-qd32"
 for round in $(seq 1 "$rounds"); do
     echo "bench-cluster: round $round of $rounds" >&2
-    OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" bash "$rig/raw-baseline.sh" "$base" >"$out/raw-$round.txt"
+    OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" KEEP_FILE=1 \
+        bash "$rig/raw-baseline.sh" "$base" >"$out/raw-$round.txt"
+    # The durable reference for QD32 writes: the same random writes, an fdatasync after every 32.
+    fio --name=randwrite-4k-qd32-fdatasync32 --filename="$base/rig-raw-baseline.fio" --size=1G \
+        --rw=randwrite --bs=4k --iodepth=32 --fdatasync=32 --ioengine=libaio --direct=1 \
+        --runtime="$runtime" --ramp_time=2 --time_based --output-format=json \
+        --output="$out/raw-$round/randwrite-4k-qd32-fdatasync32.json" >/dev/null
+    rm -f "$base/rig-raw-baseline.fio"
     "$basalt" -q engine sync-floor --dir "$base" --writers 3 --runtime "$runtime" --json >"$out/floor-$round.json"
+    "$basalt" -q engine read-floor --dir "$base" --runtime "$(( runtime < 5 ? 5 : runtime ))" --json >"$out/read-floor-$round.json"
     for spec in "randwrite 1" "randread 1" "randread 32" "randwrite 32"; do
         read -r rw qd <<<"$spec"
         before=$(osd_ticks)
@@ -118,6 +128,15 @@ one, lockstep = med([x["one_writer_us"] for x in floors]), med([x["lockstep_us"]
 write_us = 1e6 / med([ours(r, "randwrite", 1)[0] for r in range(1, rounds + 1)])
 print(f"disk floor (basalt engine sync-floor): 3 durable 4k writes at once {lockstep:.0f} us, one alone {one:.0f} us: "
       f"{lockstep / one:.2f}x before any network hop; Basalt's QD1 write takes {write_us:.0f} us, {write_us / lockstep:.2f}x that floor")
+read_floors = [json.load(open(f"{out}/read-floor-{r}.json")) for r in range(1, rounds + 1)]
+read_floor, trip = med([x["floor_us"] for x in read_floors]), med([x["round_trip_one_cpu_us"] for x in read_floors])
+read_us = med([ours(r, "randread", 1)[1] for r in range(1, rounds + 1)])
+print(f"read floor (basalt engine read-floor): the disk behind one local round trip {read_floor:.1f} us (the round trip alone "
+      f"{trip:.1f} us on one CPU); Basalt's QD1 read takes {read_us:.1f} us, {read_us / read_floor:.2f}x that floor")
+durable = med([fio(r, "randwrite-4k-qd32-fdatasync32")[0] for r in range(1, rounds + 1)])
+qd32_write = med([ours(r, "randwrite", 32)[0] for r in range(1, rounds + 1)])
+print(f"durable QD32 reference (fio, an fdatasync after every 32 writes, one copy): {durable:.0f} IOPS; "
+      f"Basalt's QD32 write (three durable copies) {qd32_write:.0f} IOPS, {qd32_write / durable:.2f}x")
 print(f"# medians of {rounds} rounds, {runtime:.0f} s each; replication 3 on one machine; raw = fio on a file in the same filesystem")
 PY
 echo "bench-cluster: raw results in $out" >&2

@@ -12,6 +12,7 @@
 #
 # Usage: scripts/bench-dev.sh [DIR]        (default /var/tmp; needs jq)
 # Env:   ROUNDS=3  RUNTIME=10  OUT=DIR (keeps the raw results)  BASALT_BIN=PATH (a build to run)
+#        SETUPS="dev:10G processes:2G" (a subset of the four, as SETUP:SIZE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-/var/tmp}
@@ -96,7 +97,7 @@ print(json.dumps(row))
 PY
 }
 
-setups="dev:10G processes:10G dev:2G processes:2G"
+setups=${SETUPS:-"dev:10G processes:10G dev:2G processes:2G"}
 for round in $(seq 1 "$rounds"); do
     for spec in $setups; do
         setup=${spec%%:*} size=${spec##*:}

@@ -11,6 +11,7 @@
 # Usage: scripts/bench-nbd.sh [DIR]        (default /var/tmp; as root; needs the rig's tools)
 # Env:   ROUNDS=3  RUNTIME=10  SIZE=1G  PGBENCH=1 (0 skips pgbench)  PGBENCH_TIME=30
 #        PGBENCH_SCALE=20  SPIN_US=0  REP1=1  OUT=DIR (keeps the raw results)  BASALT_BIN=PATH (a build to run)
+#        CLIENT_SPIN_US=N: the gateway's `--client-spin-us` (unset: `basalt dev`'s default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-/var/tmp}
@@ -37,7 +38,8 @@ rm -rf "$dir"
 mkdir -p "$dir"
 
 "$basalt" dev --data "$dir/cluster" --nbd "$nbd_basalt" --api 127.0.0.1:20080 --meta-listen 127.0.0.1:20390 \
-    --osd-size 6G --volume "bench=$size" --volume pg=4G --spin-us "${SPIN_US:-0}" >"$out/dev.log" 2>&1 &
+    --osd-size 6G --volume "bench=$size" --volume pg=4G --spin-us "${SPIN_US:-0}" \
+    ${CLIENT_SPIN_US:+--client-spin-us "$CLIENT_SPIN_US"} >"$out/dev.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 300); do grep -q ready "$out/dev.log" && break; sleep 0.2; done
 grep -q ready "$out/dev.log" || { echo "bench-nbd: basalt dev did not start; see $out/dev.log" >&2; exit 1; }

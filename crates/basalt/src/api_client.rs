@@ -234,8 +234,9 @@ impl ClusterArgs {
 #[derive(Debug, clap::Args)]
 pub struct ClientArgs {
     /// Microseconds a call may poll for its reply instead of sleeping, used only on
-    /// connections whose replies come back within that on average (adaptive polling; 0 = never)
-    #[arg(long = "client-spin-us", value_name = "MICROSECONDS", default_value_t = 250)]
+    /// connections whose replies come back within that on average (adaptive polling; 0, the
+    /// default, never polls: ADR 0031)
+    #[arg(long = "client-spin-us", value_name = "MICROSECONDS", default_value_t = 0)]
     pub client_spin_us: u64,
     /// Seconds an I/O may wait for its PG to serve (an inactive PG: too few members up) before
     /// it fails with an I/O error; 0 waits for as long as it takes. Failovers are retried

@@ -108,6 +108,8 @@ enum EngineCommand {
     Fill(cmd::engine_fill::Args),
     /// Measure the disk's floor for a write that needs several durable copies on it at once.
     SyncFloor(cmd::engine_sync_floor::Args),
+    /// Measure the floor for a QD1 read on this machine: the disk behind one local round trip.
+    ReadFloor(cmd::engine_read_floor::Args),
     /// Write random data until killed, logging every acknowledged write (for the kill -9 test).
     #[command(hide = true)]
     Torture(cmd::engine_torture::Args),
@@ -203,6 +205,7 @@ fn main() -> ExitCode {
         Command::Engine(EngineCommand::Bench(args)) => cmd::engine_bench::run(global, args),
         Command::Engine(EngineCommand::Fill(args)) => cmd::engine_fill::run(global, args),
         Command::Engine(EngineCommand::SyncFloor(args)) => cmd::engine_sync_floor::run(global, args),
+        Command::Engine(EngineCommand::ReadFloor(args)) => cmd::engine_read_floor::run(global, args),
         Command::Engine(EngineCommand::Torture(args)) => cmd::engine_torture::run(global, args),
         Command::Engine(EngineCommand::Verify(args)) => cmd::engine_verify::run(global, args),
     };

@@ -1,5 +1,6 @@
 //! Latency figures shared by the benchmarks (`basalt engine bench`, `basalt bench`): the mean
-//! and nearest-rank percentiles of latency samples in nanoseconds, and rounding for output.
+//! and nearest-rank percentiles of latency samples in nanoseconds, the median of the floors'
+//! windows, and rounding for output.
 
 /// The smallest sample at or above `fraction` of the samples (nearest rank), or zero.
 pub fn percentile_ns(samples: &mut [u64], fraction: f64) -> u64 {
@@ -16,6 +17,18 @@ pub fn mean_us(samples_ns: &[u64]) -> f64 {
         return 0.0;
     }
     samples_ns.iter().map(|&sample| sample as f64).sum::<f64>() / samples_ns.len() as f64 / 1000.0
+}
+
+/// The median of window figures (the mean of the middle two for an even count).
+pub fn median(values: &mut [f64]) -> f64 {
+    assert!(!values.is_empty(), "a median needs at least one window");
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    }
 }
 
 pub fn round_to(value: f64, decimals: i32) -> f64 {

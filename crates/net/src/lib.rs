@@ -24,6 +24,7 @@
 mod connection;
 pub mod limits;
 mod link;
+mod local;
 mod server;
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -309,11 +309,7 @@ impl FrameReader {
             if self.link.is_closed() {
                 return Err(self.link.closed_error());
             }
-            if let Err(error) = self.link.stream.readable().await {
-                self.link.close(&format!("read failed: {error}"));
-                return Err(self.link.closed_error());
-            }
-            match self.link.stream.try_read(&mut self.chunk) {
+            match self.link.stream.read(&mut self.chunk).await {
                 Ok(0) => {
                     if self.link.is_closed() {
                         return Err(self.link.closed_error());

@@ -10,7 +10,12 @@ use std::io;
 use std::net::Shutdown;
 use std::path::Path;
 
+use std::io::Read;
+
+use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+use crate::local::{read_draining, LocalStream};
 
 #[cfg(feature = "sim")]
 use crate::sim::{self, SimListener, SimStream, SIM_PREFIX};
@@ -22,7 +27,7 @@ pub const UNIX_PREFIX: &str = "unix:";
 #[derive(Debug)]
 pub enum Stream {
     Tcp(TcpStream),
-    Unix(UnixStream),
+    Unix(LocalStream),
     #[cfg(feature = "sim")]
     Sim(SimStream),
 }
@@ -40,8 +45,8 @@ impl From<TcpStream> for Stream {
     }
 }
 
-impl From<UnixStream> for Stream {
-    fn from(stream: UnixStream) -> Stream {
+impl From<LocalStream> for Stream {
+    fn from(stream: LocalStream) -> Stream {
         Stream::Unix(stream)
     }
 }
@@ -55,7 +60,7 @@ impl Stream {
             return Ok(Stream::Sim(sim::connect(address).await?));
         }
         match address.strip_prefix(UNIX_PREFIX) {
-            Some(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+            Some(path) => Ok(Stream::Unix(LocalStream::new(UnixStream::connect(path).await?)?)),
             None => {
                 let stream = TcpStream::connect(address).await?;
                 stream.set_nodelay(true)?;
@@ -68,7 +73,7 @@ impl Stream {
     pub fn peer_name(&self) -> String {
         let name = match self {
             Stream::Tcp(stream) => stream.peer_addr().map(|address| address.to_string()),
-            Stream::Unix(stream) => stream.local_addr().map(|address| match address.as_pathname() {
+            Stream::Unix(stream) => stream.get_ref().local_addr().map(|address| match address.as_pathname() {
                 Some(path) => format!("a local peer on {UNIX_PREFIX}{}", path.display()),
                 None => "a local peer".to_string(),
             }),
@@ -87,12 +92,36 @@ impl Stream {
         }
     }
 
-    pub(crate) async fn readable(&self) -> io::Result<()> {
+    /// Reads what the socket holds into `buffer`, waiting until it holds something; `Ok(0)` at
+    /// the end of the stream. A read that leaves the socket empty says so to the runtime
+    /// (`local::read_draining`), sparing the `recv` that would only learn it.
+    pub(crate) async fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(stream) => stream.readable().await,
-            Stream::Unix(stream) => stream.readable().await,
+            Stream::Tcp(stream) => loop {
+                stream.readable().await?;
+                let mut drained = None;
+                let capacity = buffer.len();
+                let socket = socket2::SockRef::from(stream);
+                match stream
+                    .try_io(Interest::READABLE, || read_draining(|| (&*socket).read(buffer), capacity, &mut drained))
+                {
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                        if let Some(size_bytes) = drained {
+                            return Ok(size_bytes);
+                        }
+                    }
+                    result => return result,
+                }
+            },
+            Stream::Unix(stream) => stream.read(buffer).await,
             #[cfg(feature = "sim")]
-            Stream::Sim(stream) => stream.readable().await,
+            Stream::Sim(stream) => loop {
+                stream.readable().await?;
+                match stream.try_read(buffer) {
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                    result => return result,
+                }
+            },
         }
     }
 
@@ -102,15 +131,6 @@ impl Stream {
             Stream::Unix(stream) => stream.writable().await,
             #[cfg(feature = "sim")]
             Stream::Sim(stream) => stream.writable().await,
-        }
-    }
-
-    pub(crate) fn try_read(&self, buffer: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(stream) => stream.try_read(buffer),
-            Stream::Unix(stream) => stream.try_read(buffer),
-            #[cfg(feature = "sim")]
-            Stream::Sim(stream) => stream.try_read(buffer),
         }
     }
 
@@ -126,7 +146,7 @@ impl Stream {
     pub(crate) fn shutdown(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
-            Stream::Unix(stream) => socket2::SockRef::from(stream).shutdown(Shutdown::Both),
+            Stream::Unix(stream) => stream.get_ref().shutdown(Shutdown::Both),
             #[cfg(feature = "sim")]
             Stream::Sim(stream) => stream.shutdown(),
         }
@@ -148,7 +168,7 @@ impl Listener {
     pub async fn accept(&self) -> io::Result<Stream> {
         match self {
             Listener::Tcp(listener) => Ok(Stream::Tcp(listener.accept().await?.0)),
-            Listener::Unix(listener) => Ok(Stream::Unix(listener.accept().await?.0)),
+            Listener::Unix(listener) => Ok(Stream::Unix(LocalStream::new(listener.accept().await?.0)?)),
             #[cfg(feature = "sim")]
             Listener::Sim(listener) => Ok(Stream::Sim(listener.accept().await?)),
         }

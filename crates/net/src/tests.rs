@@ -9,7 +9,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use wire::{Bytes, Frame, PgId, Request, Response, Status};
 
-use crate::{connect, serve_connection, split, Connection, NetError, Reply};
+use crate::{connect, serve_connection, split, Connection, Listener, NetError, Reply};
 
 const PG: PgId = PgId { pool: 1, pg: 2 };
 
@@ -526,11 +526,11 @@ async fn unix_socket_addresses_carry_calls_like_tcp() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("osd.sock");
     let _ = std::fs::remove_file(&path);
-    let listener = tokio::net::UnixListener::bind(&path).expect("bind a unix socket");
+    let listener = Listener::Unix(tokio::net::UnixListener::bind(&path).expect("bind a unix socket"));
     let peers = Arc::new(Mutex::new(Vec::new()));
     let server_peers = peers.clone();
     tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
+        while let Ok(stream) = listener.accept().await {
             let (mut reader, sender) = split(stream);
             server_peers.lock().unwrap().push(reader.peer().to_string());
             tokio::spawn(async move {

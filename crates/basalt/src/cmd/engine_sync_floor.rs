@@ -25,6 +25,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::size::{format_bytes, parse_bytes};
+use crate::stats::median;
 use crate::Global;
 
 const WRITE_BYTES: usize = 4096;
@@ -212,14 +213,4 @@ fn lockstep_round_us(files: &[WriterFile], file_size_bytes: u64) -> anyhow::Resu
         ensure!(rounds > 0, "no round completed in {} s", WINDOW.as_secs());
         Ok(elapsed.as_secs_f64() * 1e6 / rounds as f64)
     })
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[middle]
-    } else {
-        (values[middle - 1] + values[middle]) / 2.0
-    }
 }

@@ -5,6 +5,7 @@ pub mod config;
 pub mod dev;
 pub mod engine_bench;
 pub mod engine_fill;
+pub mod engine_read_floor;
 pub mod engine_sync_floor;
 pub mod engine_torture;
 pub mod engine_verify;
