@@ -4,6 +4,7 @@
 # library, alternating with fio's raw-baseline.sh on the same filesystem, ROUNDS times.
 # Prints medians, ratios to the raw disk, the OSDs' CPU seconds per 10,000 IOPS, the disk's
 # floor for three durable copies at once (`basalt engine sync-floor`), which all replicas share,
+# alone and behind the two round trips of a replicated write,
 # the floor for a QD1 read (`basalt engine read-floor`: the disk behind one local round trip),
 # and fio's durable QD32 reference (an fdatasync after every 32 writes).
 #
@@ -126,8 +127,11 @@ for rw, qd, raw, kind in rows:
 floors = [json.load(open(f"{out}/floor-{r}.json")) for r in range(1, rounds + 1)]
 one, lockstep = med([x["one_writer_us"] for x in floors]), med([x["lockstep_us"] for x in floors])
 write_us = 1e6 / med([ours(r, "randwrite", 1)[0] for r in range(1, rounds + 1)])
+replicated = med([x["replicated_us"] for x in floors])
 print(f"disk floor (basalt engine sync-floor): 3 durable 4k writes at once {lockstep:.0f} us, one alone {one:.0f} us: "
       f"{lockstep / one:.2f}x before any network hop; Basalt's QD1 write takes {write_us:.0f} us, {write_us / lockstep:.2f}x that floor")
+print(f"replicated-write floor (the same 3 copies behind a client's and a primary's round trips between blocking threads): "
+      f"{replicated:.0f} us; Basalt's QD1 write {write_us / replicated:.2f}x that")
 read_floors = [json.load(open(f"{out}/read-floor-{r}.json")) for r in range(1, rounds + 1)]
 read_floor, trip = med([x["floor_us"] for x in read_floors]), med([x["round_trip_one_cpu_us"] for x in read_floors])
 read_us = med([ours(r, "randread", 1)[1] for r in range(1, rounds + 1)])

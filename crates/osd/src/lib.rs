@@ -26,6 +26,7 @@ pub mod limits;
 mod liveness;
 mod locks;
 mod objects_by_pg;
+mod op_times;
 mod ops;
 mod pacer;
 mod pages;
@@ -405,6 +406,7 @@ pub async fn serve(
         writeback_pages_copied = stats.writeback_pages_copied,
         writeback_journal_read_bytes = stats.writeback_journal_read_bytes,
         meta_pages_loaded = stats.meta_pages_loaded,
+        op_times = %osd.op_times,
         "osd stopped"
     );
     Ok(())

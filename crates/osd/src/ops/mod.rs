@@ -33,6 +33,7 @@ use crate::barrier::WritesByRevision;
 use crate::engine_io::EngineIo;
 use crate::liveness::Liveness;
 use crate::locks::ObjectLocks;
+use crate::op_times::{OpTimes, Timed};
 use crate::pacer::Pacer;
 use crate::peers::Peers;
 use crate::pg::state::PgStates;
@@ -208,6 +209,8 @@ pub(crate) struct Osd {
     pub(crate) client_writes: WritesByRevision,
     /// Heads the mon said are sealed ahead of this OSD's map.
     pub(crate) sealed_heads: SealedHeads,
+    /// How long reads, writes and their phases took, for the stop line.
+    pub(crate) op_times: OpTimes,
 }
 
 /// Counts PGs that came up clean, for one summary line once a burst of them is over (a healthy
@@ -297,6 +300,7 @@ impl Osd {
             quiet_activations: QuietActivations::default(),
             client_writes: WritesByRevision::default(),
             sealed_heads: SealedHeads::default(),
+            op_times: OpTimes::default(),
         }
     }
 
@@ -395,6 +399,15 @@ impl Osd {
         self.engine.note_activity();
         if result.is_ok() && matches!(opcode, Opcode::Read | Opcode::Write | Opcode::WriteZeroes | Opcode::Trim) {
             self.pacer.client_op(started.elapsed());
+        }
+        let timed = match opcode {
+            Opcode::Read => Some(Timed::Read),
+            Opcode::Write => Some(Timed::Write),
+            Opcode::SecWrite => Some(Timed::SecWrite),
+            _ => None,
+        };
+        if let (Some(timed), true) = (timed, result.is_ok()) {
+            self.op_times.record(timed, started.elapsed());
         }
         match result {
             Ok(response) => Frame::response(request_id, epoch, response),

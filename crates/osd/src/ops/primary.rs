@@ -15,6 +15,7 @@ use std::rc::Rc;
 use super::admission::{self, PgView};
 use super::{ObjectRead, OpError, Osd};
 use crate::limits::OBJECT_SIZE_MAX_BYTES;
+use crate::op_times::Timed;
 use crate::pg::state::Pg;
 use crate::pg::{recovery, scrub};
 
@@ -305,15 +306,26 @@ impl Osd {
         };
         // Queued locally first; the sends go out while the local request waits for the next
         // engine poll, which comes once this task yields.
+        let submitted = tokio::time::Instant::now();
         let local = self.engine.submit(local);
+        let local = async {
+            let result = local.await;
+            self.op_times.record(Timed::LocalCommit, submitted.elapsed());
+            result
+        };
         let remotes = secondaries.iter().map(|(osd, address)| self.peers.call(*osd, address, epoch, remote.clone()));
+        let remotes = async {
+            let results = futures_util::future::join_all(remotes).await;
+            self.op_times.record(Timed::Replicas, submitted.elapsed());
+            results
+        };
         // A member that stopped answering must not hold the write past the PG's next epoch: the
         // new epoch's peering waits for it. The local write is always waited for, so the next
         // version minted for this object comes after it.
         let remotes = async {
             tokio::select! {
                 biased;
-                results = futures_util::future::join_all(remotes) => Some(results),
+                results = remotes => Some(results),
                 () = self.epoch_moved(pg, epoch) => None,
             }
         };
