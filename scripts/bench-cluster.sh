@@ -101,7 +101,7 @@ def fio(r, name):
     sync = job.get("sync", {})
     if sync.get("total_ios", 0) > 0:
         lat += sync["lat_ns"]["mean"] / 1000
-    return d["iops"], lat, d["lat_ns"]["percentile"].get("99.000000", 0) / 1000
+    return d["iops"], lat, d["lat_ns"].get("percentile", {}).get("99.000000", 0) / 1000
 def ours(r, rw, qd):
     row = json.load(open(f"{out}/basalt-{r}-{rw}-{qd}.json"))
     ticks = int(open(f"{out}/basalt-{r}-{rw}-{qd}.ticks").read())
