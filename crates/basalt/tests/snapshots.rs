@@ -6,8 +6,9 @@
 //! fio's `--verify=crc32c` holds a snapshot to what was written before it while the volume is
 //! overwritten. The trash (ADR 0030): a volume with a snapshot removed, its name taken by a new
 //! volume, restored under another name with its data and its snapshot's as fio wrote them,
-//! purged by hand or on expiry with every object removed. Then every bad input the commands
-//! refuse.
+//! purged by hand or on expiry with every object removed. `basalt volume du`'s counts of each
+//! layer's objects and of what deleting it frees, with a clone reading through a snapshot. Then
+//! every bad input the commands refuse.
 
 mod common;
 
@@ -286,6 +287,71 @@ fn a_volume_in_the_trash_keeps_its_data_until_restored_and_loses_it_when_purged(
             std::thread::sleep(Duration::from_millis(250));
         }
         assert_eq!(api(&["volume", "ls"])["volumes"].as_array().map(Vec::len), Some(0));
+    });
+}
+
+/// `basalt volume du`: each layer's objects as the OSDs count them, and what deleting it
+/// frees: a snapshot's objects that every layer reading through it holds a copy of.
+#[test]
+fn volume_du_counts_each_layers_objects_and_what_deleting_it_frees() {
+    isolated(|| {
+        let _cluster = Cluster::start(Store::Embedded, "du", 3, 3, 2, "4M");
+        let kib = |layer: &Value, field: &str| layer[field].as_u64().expect("a byte count") / 1024;
+        let usage = || {
+            let view = api(&["volume", "du", "v"]);
+            assert_eq!(view["osds_silent"], 0, "{view}");
+            let layers = view["layers"].as_array().expect("layers").clone();
+            let rows: Vec<(String, u64, u64)> = layers
+                .iter()
+                .map(|layer| {
+                    (
+                        layer["name"].as_str().expect("a name").to_string(),
+                        kib(layer, "used_bytes"),
+                        kib(layer, "exclusive_bytes"),
+                    )
+                })
+                .collect();
+            (rows, kib(&view, "used_bytes"))
+        };
+        let write = |target: &str, offset: &str, length: &str| {
+            let output = qemu_io(&export(target), &[format!("write -P 7 {offset} {length}")]);
+            assert!(output.status.success(), "qemu-io on {target}: {}", String::from_utf8_lossy(&output.stderr));
+        };
+        // Objects of 128 KiB: eight written, then three of them again (one by a single page).
+        write("v", "0", "1M");
+        cli(&["snapshot", "create", "v@a", "--api", API]);
+        write("v", "0", "256K");
+        write("v", "512K", "4K");
+        cli(&["snapshot", "create", "v@b", "--api", API]);
+        let (rows, total) = usage();
+        assert_eq!(
+            rows,
+            [("v@a".to_string(), 1024, 384), ("v@b".to_string(), 384, 0), ("v".to_string(), 0, 0)],
+            "a's objects that b holds too are freed with it; b's are read through by the empty head"
+        );
+        assert_eq!(total, 1408);
+
+        // The head takes one object of b's; a clone of a reads through a beside b.
+        write("v", "0", "4K");
+        cli(&["volume", "clone", "v@a", "c", "--api", API]);
+        let (rows, total) = usage();
+        assert_eq!(
+            rows,
+            [("v@a".to_string(), 1024, 0), ("v@b".to_string(), 384, 128), ("v".to_string(), 128, 128)],
+            "nothing of a is freed while the clone holds none of its objects"
+        );
+        assert_eq!(total, 1536);
+        write("c", "0", "4K");
+        assert_eq!(usage().0[0], ("v@a".to_string(), 1024, 128), "object 0 is in b and in the clone");
+
+        // Every volume at once, and the table.
+        let all = api(&["volume", "du"]);
+        let names: Vec<&str> =
+            all["volumes"].as_array().expect("volumes").iter().map(|v| v["volume"].as_str().unwrap()).collect();
+        assert_eq!(names, ["c", "v"], "{all}");
+        let table = cli(&["volume", "du", "v", "--api", API]);
+        assert!(table.contains("FREED IF DELETED") && table.contains("v@b") && table.contains("v (all)"), "{table}");
+        assert!(refused(&["volume", "du", "nosuch"]).contains("does not exist"));
     });
 }
 

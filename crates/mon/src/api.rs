@@ -27,6 +27,7 @@ use crate::down_report::{self, DownReport};
 use crate::snapshot_views::{self, SnapshotList, SnapshotView};
 use crate::snapshots::{self, CreateClone, CreateSnapshot};
 use crate::trash_views::{self, TrashList, TrashView};
+use crate::usage_views::{self, UsageList, VolumeUsageView};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
 use crate::views::{DownReportView, LocalOsdView, PgList, VolumeList, VolumeView};
 use crate::{osd_admin, scrub, seal, trash};
@@ -42,6 +43,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/volumes", get(list_volumes).post(create_volume))
         .route("/volumes/{name}", get(get_volume).patch(resize_volume).delete(delete_volume))
         .route("/volumes/{name}/rollback", post(rollback_volume))
+        .route("/volumes/{name}/du", get(volume_usage))
+        .route("/du", get(usage))
         .route("/trash", get(list_trash).delete(purge_expired_trash))
         .route("/trash/{which}", delete(purge_trash))
         .route("/trash/{which}/restore", post(restore_trash))
@@ -471,6 +474,47 @@ async fn clone_snapshot(
     let volume = snapshots::clone_volume(store, &clone).await?;
     let map = cluster_watch::load(store).await?;
     Ok((StatusCode::CREATED, Json(volume_view(&shared, &volume, &map))))
+}
+
+async fn volume_usage(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<VolumeUsageView>> {
+    let store = shared.store.as_ref();
+    let (volume, _) = admin::get_volume(store, &name).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok(Json(usage_of(&map, &volume).await))
+}
+
+/// Every volume's usage, by name.
+async fn usage(State(shared): State<Arc<Shared>>) -> ApiResult<Json<UsageList>> {
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
+    let mut volumes = Vec::new();
+    for volume in map.volumes.values().filter(|volume| !volume.is_deleting()) {
+        volumes.push(usage_of(&map, volume).await);
+    }
+    Ok(Json(UsageList { volumes }))
+}
+
+/// Asks every up OSD what each of the volume's layers holds in the PGs it leads.
+async fn usage_of(map: &ClusterMap, volume: &cluster::VolumeRecord) -> VolumeUsageView {
+    let mut asks = tokio::task::JoinSet::new();
+    for &osd in map.live.keys() {
+        let address = map.address(osd).map(str::to_string);
+        let inode = volume.id;
+        asks.spawn(async move {
+            let ask = async {
+                let connection = net::connect(&address?).await.ok()?;
+                match connection.call(0, wire::Request::VolumeUsage { inode }).await.ok()?.response {
+                    wire::Response::VolumeUsage { layers } => Some(layers),
+                    _ => None,
+                }
+            };
+            tokio::time::timeout(OSD_ANSWER_TIMEOUT, ask).await.ok().flatten()
+        });
+    }
+    let mut answers = Vec::new();
+    while let Some(joined) = asks.join_next().await {
+        answers.push(joined.ok().flatten());
+    }
+    usage_views::volume_usage_view(map, volume, &answers)
 }
 
 /// Asks every up OSD how many of the volume's objects in the PGs it leads lack a copy, and

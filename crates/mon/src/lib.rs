@@ -32,6 +32,7 @@ pub mod stderr_log;
 mod test_maps;
 pub mod trash;
 pub mod trash_views;
+pub mod usage_views;
 pub mod views;
 
 use std::collections::BTreeMap;

@@ -37,6 +37,7 @@ pub mod planted;
 mod registration;
 mod sealed;
 mod server;
+mod usage;
 
 use std::future::Future;
 use std::net::SocketAddr;

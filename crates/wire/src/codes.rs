@@ -56,11 +56,14 @@ pub enum Opcode {
     /// Admin: a volume's new head, whose seal the monitor is about to commit, takes writes from
     /// now on (every OSD confirmed the Barrier of the snapshot that made it).
     Sealed = 38,
+    /// Admin: for each layer of a volume, its objects in the PGs the OSD leads and how many of
+    /// them the layers reading through it do not need (`basalt volume du`).
+    VolumeUsage = 39,
 }
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 19] = [
+    pub const ALL: [Opcode; 20] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
@@ -80,6 +83,7 @@ impl Opcode {
         Opcode::VolumeRedundancy,
         Opcode::Barrier,
         Opcode::Sealed,
+        Opcode::VolumeUsage,
     ];
 
     /// The opcode with this number, or `None` if this build does not know it.

@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn unknown_opcode() {
-        for opcode in [0u16, 7, 15, 39, u16::MAX] {
+        for opcode in [0u16, 7, 15, 40, u16::MAX] {
             let mut bytes = sample(Opcode::Ping, false);
             set(&mut bytes, field_offset::OPCODE, &opcode.to_le_bytes());
             reseal(&mut bytes);

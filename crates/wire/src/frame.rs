@@ -11,7 +11,7 @@ use bytes::Bytes;
 use crate::codes::{Opcode, Status};
 use crate::error::{BodyKind, DecodeError};
 use crate::header::{Header, FLAG_REPLY, HEADER_SIZE_BYTES};
-use crate::limits::{LIST_ENTRY_SIZE_BYTES, PAYLOAD_SIZE_MAX_BYTES, PG_REPORT_SIZE_BYTES};
+use crate::limits::{LAYER_USAGE_SIZE_BYTES, LIST_ENTRY_SIZE_BYTES, PAYLOAD_SIZE_MAX_BYTES, PG_REPORT_SIZE_BYTES};
 
 /// A placement group: `(pool, pg)`. Every op on a PG's data names it, so a responder checks the
 /// header's epoch against that PG before anything else.
@@ -34,6 +34,19 @@ pub use types::ObjectId;
 /// The `base_version` of a SecWritePages to a member that holds no copy of the object: no
 /// version is 0.
 pub const ABSENT_VERSION: u64 = 0;
+
+/// One entry of a VolumeUsage reply: one layer of a volume (its head or a snapshot), as far as
+/// the PGs the answering OSD leads hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LayerUsage {
+    pub inode: u64,
+    /// The layer's objects.
+    pub objects: u64,
+    /// Those no layer reading through this one needs: each such layer holds its own copy of the
+    /// object (all of them, for a layer nothing reads through). Deleting the layer frees their
+    /// blocks; the others' pages would move to the layers above.
+    pub exclusive_objects: u64,
+}
 
 /// One entry of a PgStates reply: a PG its primary serves, or is bringing up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -267,6 +280,10 @@ pub enum Request {
     Sealed {
         inode: u64,
     },
+    /// The layers of the volume whose head is `inode`, in the PGs the OSD is the primary of.
+    VolumeUsage {
+        inode: u64,
+    },
     /// Whether `object` exists at the PG's primary (`Ok` with its version, or `NoSuchObject`).
     Stat {
         pg: PgId,
@@ -332,6 +349,11 @@ pub enum Response {
         objects: u64,
         degraded_objects: u64,
     },
+    /// One entry per layer of the volume (its head first, then its snapshots), as the OSD's map
+    /// knows them.
+    VolumeUsage {
+        layers: Vec<LayerUsage>,
+    },
     /// The `NewerVersion` reply: the responder holds or remembers version `current` of the
     /// object, newer than the one sent.
     NewerVersionHeld {
@@ -385,6 +407,7 @@ impl Request {
             Request::VolumeRedundancy { .. } => Opcode::VolumeRedundancy,
             Request::Barrier { .. } => Opcode::Barrier,
             Request::Sealed { .. } => Opcode::Sealed,
+            Request::VolumeUsage { .. } => Opcode::VolumeUsage,
             Request::Stat { .. } => Opcode::Stat,
         }
     }
@@ -410,7 +433,8 @@ impl Request {
             | Request::PgStates
             | Request::VolumeRedundancy { .. }
             | Request::Barrier { .. }
-            | Request::Sealed { .. } => None,
+            | Request::Sealed { .. }
+            | Request::VolumeUsage { .. } => None,
         }
     }
 }
@@ -436,6 +460,7 @@ impl Response {
             Response::VolumeRedundancy { .. } => Opcode::VolumeRedundancy,
             Response::Barrier => Opcode::Barrier,
             Response::Sealed => Opcode::Sealed,
+            Response::VolumeUsage { .. } => Opcode::VolumeUsage,
             Response::Stat { .. } => Opcode::Stat,
             Response::NewerVersionHeld { opcode, .. } | Response::Failed { opcode, .. } => *opcode,
         }
@@ -476,6 +501,7 @@ impl Frame {
             Body::Request(request) => request_fields_size_bytes(request.opcode()) + request_data(request).len(),
             Body::Response(Response::SecList { entries }) => 4 + entries.len() * LIST_ENTRY_SIZE_BYTES as usize,
             Body::Response(Response::PgStates { pgs, .. }) => 20 + pgs.len() * PG_REPORT_SIZE_BYTES as usize,
+            Body::Response(Response::VolumeUsage { layers }) => 4 + layers.len() * LAYER_USAGE_SIZE_BYTES as usize,
             Body::Response(response) => reply_fields_size_bytes(response) + response_data(response).len(),
         }
     }
@@ -574,7 +600,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
         Opcode::Read | Opcode::WriteZeroes | Opcode::Trim => PG + 8 + 8 + 4,
         Opcode::Write => PG + 8 + 8,
         Opcode::Flush | Opcode::Ping | Opcode::Space | Opcode::PgStates => 0,
-        Opcode::VolumeRedundancy | Opcode::Barrier | Opcode::Sealed => 8,
+        Opcode::VolumeRedundancy | Opcode::Barrier | Opcode::Sealed | Opcode::VolumeUsage => 8,
         Opcode::SecRead => PG + OBJECT + 4 + 4,
         Opcode::SecWrite => PG + OBJECT + 8 + 4,
         Opcode::SecDelete => PG + OBJECT + 8,
@@ -595,6 +621,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
         Response::SecList { .. } => 4,
         Response::PgStates { .. } => 8 + 8 + 4,
         Response::VolumeRedundancy { .. } => 16,
+        Response::VolumeUsage { .. } => 4,
         Response::NewerVersionHeld { .. } => 8,
         _ => 0,
     }
@@ -636,7 +663,7 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
         Request::Flush | Request::Ping | Request::Space | Request::PgStates => {}
         Request::VolumeRedundancy { inode } => put_u64(out, *inode),
         Request::Barrier { revision } => put_u64(out, *revision),
-        Request::Sealed { inode } => put_u64(out, *inode),
+        Request::Sealed { inode } | Request::VolumeUsage { inode } => put_u64(out, *inode),
         Request::SecRead { pg, object, offset_bytes, length_bytes } => {
             put_pg(out, *pg);
             put_object(out, *object);
@@ -738,6 +765,14 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
             put_u64(out, *objects);
             put_u64(out, *degraded_objects);
         }
+        Response::VolumeUsage { layers } => {
+            put_u32(out, layers.len() as u32);
+            for layer in layers {
+                put_u64(out, layer.inode);
+                put_u64(out, layer.objects);
+                put_u64(out, layer.exclusive_objects);
+            }
+        }
         Response::NewerVersionHeld { current, .. } => put_u64(out, *current),
         Response::Failed { status, .. } => {
             assert!(!matches!(status, Status::Ok | Status::NewerVersion), "a Failed reply with {status}")
@@ -806,6 +841,7 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         Opcode::VolumeRedundancy => Request::VolumeRedundancy { inode: reader.u64()? },
         Opcode::Barrier => Request::Barrier { revision: reader.u64()? },
         Opcode::Sealed => Request::Sealed { inode: reader.u64()? },
+        Opcode::VolumeUsage => Request::VolumeUsage { inode: reader.u64()? },
         Opcode::Stat => Request::Stat { pg: reader.pg()?, object: reader.object()? },
     })
 }
@@ -875,6 +911,21 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
         Opcode::VolumeRedundancy => {
             reader.require(16)?;
             Response::VolumeRedundancy { objects: reader.u64()?, degraded_objects: reader.u64()? }
+        }
+        Opcode::VolumeUsage => {
+            reader.require(4)?;
+            let count = reader.u32()?;
+            // Checked against the bytes present before allocating, as for SecList.
+            reader.require(4 + u64::from(count) * u64::from(LAYER_USAGE_SIZE_BYTES))?;
+            let mut layers = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                layers.push(LayerUsage {
+                    inode: reader.u64()?,
+                    objects: reader.u64()?,
+                    exclusive_objects: reader.u64()?,
+                });
+            }
+            Response::VolumeUsage { layers }
         }
     })
 }

@@ -44,6 +44,7 @@ pub use codes::{Opcode, Status};
 pub use decoder::Decoder;
 pub use error::{BodyKind, DecodeError};
 pub use frame::{
-    Body, Frame, ListEntry, ObjectId, PgId, PgReport, PgStateCode, PgTrouble, Request, Response, ABSENT_VERSION,
+    Body, Frame, LayerUsage, ListEntry, ObjectId, PgId, PgReport, PgStateCode, PgTrouble, Request, Response,
+    ABSENT_VERSION,
 };
 pub use header::{Header, FLAGS_KNOWN, FLAG_REPLY, HEADER_SIZE_BYTES, MAGIC, PROTOCOL_VERSION};

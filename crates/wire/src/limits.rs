@@ -35,6 +35,13 @@ const _: () =
 const _: () = assert!(usize::BITS >= 32);
 const _: () = assert!((PAYLOAD_SIZE_MAX_BYTES as u64) + (HEADER_SIZE_BYTES as u64) < u32::MAX as u64);
 
+/// Bytes of one VolumeUsage reply entry: inode (8), objects (8), objects no other layer needs (8).
+pub const LAYER_USAGE_SIZE_BYTES: u32 = 24;
+
+/// The most entries a VolumeUsage reply carries: an OSD asked about a volume with more layers
+/// reports the first ones.
+pub const LAYER_USAGES_MAX_COUNT: u32 = (PAYLOAD_SIZE_MAX_BYTES - 4) / LAYER_USAGE_SIZE_BYTES;
+
 /// Bytes of one PgStates reply entry: PG (8), epoch (8), state (4), members unlisted (4),
 /// objects left (8), trouble (4), failures (4).
 pub const PG_REPORT_SIZE_BYTES: u32 = 40;

@@ -1,7 +1,7 @@
 //! Fixed sample frames for the unit tests: one of every request and every reply, with field
 //! values whose bytes are all distinct, so a misplaced field shows up in a round trip.
 
-use crate::{Bytes, Frame, ListEntry, ObjectId, Opcode, PgId, PgReport, Request, Response, Status};
+use crate::{Bytes, Frame, LayerUsage, ListEntry, ObjectId, Opcode, PgId, PgReport, Request, Response, Status};
 
 pub(crate) fn sample_requests() -> Vec<Request> {
     let pg = PgId { pool: 0x0102_0304, pg: 0x0506_0708 };
@@ -38,6 +38,7 @@ pub(crate) fn sample_requests() -> Vec<Request> {
         Request::VolumeRedundancy { inode: 1 << 56 | 9 },
         Request::Barrier { revision: 4321 },
         Request::Sealed { inode: 0x0000_0300_0000_0007 },
+        Request::VolumeUsage { inode: 0x0000_0300_0000_0009 },
         Request::Stat { pg, object },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| requests.iter().any(|request| request.opcode() == *opcode)));
@@ -67,6 +68,12 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::VolumeRedundancy { objects: 512, degraded_objects: 17 },
         Response::Barrier,
         Response::Sealed,
+        Response::VolumeUsage {
+            layers: vec![
+                LayerUsage { inode: 0x0000_0300_0000_0009, objects: 40, exclusive_objects: 40 },
+                LayerUsage { inode: 0x0000_0300_0000_0008, objects: 12, exclusive_objects: 3 },
+            ],
+        },
         Response::PgStates {
             history_writes: 0x7172_7374_7576_7778,
             copied_bytes: 0xa1a2_a3a4_a5a6_a7a8,

@@ -72,6 +72,7 @@ fn request() -> impl Strategy<Value = Request> {
         any::<u64>().prop_map(|inode| Request::VolumeRedundancy { inode }),
         any::<u64>().prop_map(|revision| Request::Barrier { revision }),
         any::<u64>().prop_map(|inode| Request::Sealed { inode }),
+        any::<u64>().prop_map(|inode| Request::VolumeUsage { inode }),
     ]
 }
 
@@ -110,6 +111,12 @@ fn response() -> impl Strategy<Value = Response> {
         Just(Response::Ping),
         Just(Response::Barrier),
         Just(Response::Sealed),
+        proptest::collection::vec(any::<(u64, u64, u64)>(), 0..8).prop_map(|layers| Response::VolumeUsage {
+            layers: layers
+                .into_iter()
+                .map(|(inode, objects, exclusive_objects)| wire::LayerUsage { inode, objects, exclusive_objects })
+                .collect()
+        }),
         (any::<u64>(), any::<u64>())
             .prop_map(|(objects, degraded_objects)| Response::VolumeRedundancy { objects, degraded_objects }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(used_bytes, total_bytes, object_count)| {

@@ -1,6 +1,7 @@
-//! `basalt volume create|ls|info|resize|clone|rollback|rm`: volumes through the mon's API.
+//! `basalt volume create|ls|info|du|resize|clone|rollback|rm`: volumes through the mon's API.
 
 use mon::trash_views::TrashView;
+use mon::usage_views::{UsageList, VolumeUsageView};
 use mon::views::{VolumeList, VolumeView};
 use serde_json::json;
 
@@ -33,6 +34,12 @@ pub enum Command {
     Ls,
     /// Show one volume.
     Info { name: String },
+    /// Space per volume and snapshot: provisioned, taken by its own objects, and freed by
+    /// deleting it (per copy; counted by the OSDs when asked).
+    Du {
+        /// One volume [default: every volume].
+        name: Option<String>,
+    },
     /// Grow a volume (shrinking is not supported).
     Resize {
         name: String,
@@ -85,6 +92,8 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
         }
         Command::Ls => client.get("/volumes")?,
         Command::Info { name } => client.get(&format!("/volumes/{}", segment(name)))?,
+        Command::Du { name: Some(name) } => client.get(&format!("/volumes/{}/du", segment(name)))?,
+        Command::Du { name: None } => client.get("/du")?,
         Command::Resize { name, size_bytes } => {
             client.patch(&format!("/volumes/{}", segment(name)), &json!({"size_bytes": size_bytes}))?
         }
@@ -176,6 +185,13 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
                 );
             }
         }
+        Command::Du { name } => {
+            let volumes = match name {
+                Some(_) => vec![decode::<VolumeUsageView>(answer)?],
+                None => decode::<UsageList>(answer)?.volumes,
+            };
+            print_usage(&volumes);
+        }
         Command::Clone { snapshot, .. } => {
             let volume: VolumeView = decode(answer)?;
             println!("created volume {} ({}) as a clone of {snapshot}", volume.name, format_bytes(volume.size_bytes));
@@ -227,5 +243,33 @@ fn wait_for_removal(client: &crate::api_client::ApiClient, name: &str, global: G
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// One row per layer, then a total per volume when it has snapshots, and a note when OSDs did
+/// not answer.
+fn print_usage(volumes: &[VolumeUsageView]) {
+    let mut rows = Vec::new();
+    for volume in volumes {
+        for layer in &volume.layers {
+            rows.push(vec![
+                layer.name.clone(),
+                format_bytes(layer.provisioned_bytes),
+                format_bytes(layer.used_bytes),
+                format_bytes(layer.exclusive_bytes),
+            ]);
+        }
+        if volume.layers.len() > 1 {
+            rows.push(vec![
+                format!("{} (all)", volume.volume),
+                String::new(),
+                format_bytes(volume.used_bytes),
+                String::new(),
+            ]);
+        }
+    }
+    print_table(&["NAME", "PROVISIONED", "USED", "FREED IF DELETED"], &rows);
+    for volume in volumes.iter().filter(|volume| volume.osds_silent > 0) {
+        println!("{}: {} OSDs did not answer; their PGs are not counted", volume.volume, volume.osds_silent);
     }
 }

@@ -59,7 +59,8 @@ pub(crate) enum Role {
     Secondary,
     /// Queries of one object that hold at any epoch (ObjectInfo).
     Admin,
-    /// Ops that address no PG (Flush, Ping, Space, PgStates, VolumeRedundancy, Barrier, Sealed).
+    /// Ops that address no PG (Flush, Ping, Space, PgStates, VolumeRedundancy, VolumeUsage,
+    /// Barrier, Sealed).
     Connection,
 }
 
@@ -83,6 +84,7 @@ impl Role {
             | Request::Space
             | Request::PgStates
             | Request::VolumeRedundancy { .. }
+            | Request::VolumeUsage { .. }
             | Request::Barrier { .. }
             | Request::Sealed { .. } => Role::Connection,
         }
@@ -218,6 +220,7 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
         | Request::Space
         | Request::PgStates
         | Request::VolumeRedundancy { .. }
+        | Request::VolumeUsage { .. }
         | Request::Barrier { .. }
         | Request::Sealed { .. } => unreachable!("no pg"),
     };
@@ -550,9 +553,14 @@ mod tests {
 
     #[test]
     fn ops_without_a_pg_are_admitted() {
-        for request in
-            [Request::Flush, Request::Ping, Request::Space, Request::PgStates, Request::VolumeRedundancy { inode: 1 }]
-        {
+        for request in [
+            Request::Flush,
+            Request::Ping,
+            Request::Space,
+            Request::PgStates,
+            Request::VolumeRedundancy { inode: 1 },
+            Request::VolumeUsage { inode: 1 },
+        ] {
             assert_eq!(check(13, false, None, 0, request), Some(Status::Ok));
         }
     }

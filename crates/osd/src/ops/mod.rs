@@ -503,6 +503,7 @@ impl Osd {
             Request::Ping => Ok(Response::Ping),
             Request::PgStates => Ok(self.pg_states()),
             Request::VolumeRedundancy { inode } => Ok(self.volume_redundancy(inode)),
+            Request::VolumeUsage { inode } => Ok(self.volume_usage(inode)),
             Request::Barrier { revision } => self.barrier(revision).await,
             Request::Sealed { inode } => {
                 self.sealed_heads.seal(inode, &self.map.borrow());
