@@ -315,27 +315,15 @@ pub fn list(map: &ClusterMap, volume: Option<&str>) -> Vec<SnapshotRecord> {
     snapshots
 }
 
-/// Removes snapshot `full_name` as its user sees it. Refused while a clone, or a snapshot of
-/// another volume, reads through it. Its volume's next layer reads through it, so the record
-/// stays, hidden: listed nowhere, opened by no one, its name taken until the volume goes, when
-/// its objects are deleted with the volume's.
+/// Removes snapshot `full_name` as its user sees it. Its volume's next layer reads through it,
+/// and so may clones, so the record stays, hidden: listed nowhere, opened and cloned by no one,
+/// its name taken. Its objects go once nothing reads through it (the leader reaps it) or with
+/// its volume, which cannot be removed while a clone reads through one of its snapshots.
 pub async fn remove(store: &dyn MetaStore, full_name: &str) -> Result<SnapshotRecord, AdminError> {
     for _ in 0..CAS_ATTEMPTS_MAX {
         let (mut snapshot, revision) = get_snapshot(store, full_name).await?;
         if snapshot.hidden {
             return Err(AdminError::NotFound(format!("snapshot {full_name:?} does not exist")));
-        }
-        let map = cluster_watch::load(store).await?;
-        let clones: Vec<String> = readers_of(&map, snapshot.inode)
-            .into_iter()
-            .filter(|reader| reader != &snapshot.volume && !reader.starts_with(&format!("{}@", snapshot.volume)))
-            .collect();
-        if !clones.is_empty() {
-            let shown = clones.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
-            return Err(AdminError::Conflict(format!(
-                "snapshot {full_name:?} has clones ({shown}{}) that read through it; remove them first",
-                if clones.len() > 5 { ", ..." } else { "" }
-            )));
         }
         snapshot.hidden = true;
         let key = keys::snapshot(full_name);
@@ -350,7 +338,7 @@ pub async fn remove(store: &dyn MetaStore, full_name: &str) -> Result<SnapshotRe
             tracing::info!(
                 snapshot = full_name,
                 layer = snapshot.inode,
-                "removed a snapshot (hidden while its volume reads through it)"
+                "removed a snapshot (hidden while its volume or a clone reads through it)"
             );
             return Ok(snapshot);
         }
