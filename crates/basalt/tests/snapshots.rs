@@ -7,8 +7,9 @@
 //! overwritten. The trash (ADR 0030): a volume with a snapshot removed, its name taken by a new
 //! volume, restored under another name with its data and its snapshot's as fio wrote them,
 //! purged by hand or on expiry with every object removed. `basalt volume du`'s counts of each
-//! layer's objects and of what deleting it frees, with a clone reading through a snapshot. Then
-//! every bad input the commands refuse.
+//! layer's objects and of what deleting it frees, with a clone reading through a snapshot. A group
+//! snapshot of two volumes in two pools taken while two clients write with dependencies between
+//! them holds one cut (ADR 0033). Then every bad input the commands refuse.
 
 mod common;
 
@@ -292,6 +293,96 @@ fn a_volume_in_the_trash_keeps_its_data_until_restored_and_loses_it_when_purged(
             std::thread::sleep(Duration::from_millis(250));
         }
         assert_eq!(api(&["volume", "ls"])["volumes"].as_array().map(Vec::len), Some(0));
+    });
+}
+
+/// A group snapshot across two pools while two clients write with dependencies between them:
+/// client X writes block i of `a` (in pool p), then client Y block i of `b` (in pool q), then
+/// X block i + 1, each write only after the one before it was acknowledged. Whatever instant
+/// the group's cut falls at, the snapshots hold a prefix of that order: `a@g` blocks 0..k and
+/// `b@g` blocks 0..k or 0..k-1, nothing after, no hole.
+#[test]
+fn a_group_snapshot_holds_one_cut_across_two_pools_under_dependent_writes() {
+    isolated(|| {
+        let cluster = Cluster::start(Store::Embedded, "group", 3, 3, 2, "8M");
+        cli(&["pool", "create", "q", "--replicas", "2", "--min-size", "1", "--pgs", "8", "--api", API]);
+        cli(&["volume", "create", "a", "--size", "8M", "--pool", "p", "--api", API]);
+        cli(&["volume", "create", "b", "--size", "8M", "--pool", "q", "--api", API]);
+        const BLOCKS: u64 = 2048;
+        let block =
+            |i: u64| bytes::Bytes::from((0..1024).flat_map(|_| (i as u32 + 1).to_le_bytes()).collect::<Vec<u8>>());
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        let meta_url = cluster.mon.meta_url.clone();
+        let (written, cut) = runtime.block_on(async move {
+            let x = client::Client::connect(&meta_url).await.expect("client x");
+            let y = client::Client::connect(&meta_url).await.expect("client y");
+            let (a, b) = (x.open_volume("a").await.expect("open a"), y.open_volume("b").await.expect("open b"));
+            let snapshot_done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+            let done = snapshot_done.clone();
+            let writer = tokio::spawn(async move {
+                for i in 0..BLOCKS {
+                    a.write(i * 4096, block(i)).await.expect("x writes a");
+                    b.write(i * 4096, block(i)).await.expect("y writes b");
+                    // Goes on a while past the snapshot, so the cut falls inside the run.
+                    if i >= done.load(std::sync::atomic::Ordering::Relaxed).saturating_add(64) {
+                        return i + 1;
+                    }
+                }
+                BLOCKS
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let created =
+                tokio::task::spawn_blocking(|| cli(&["snapshot", "create", "--group", "g", "a", "b", "--api", API]))
+                    .await
+                    .expect("the snapshot's thread");
+            snapshot_done.store(0, std::sync::atomic::Ordering::Relaxed);
+            let written = writer.await.expect("the writer");
+            (written, created)
+        });
+        assert!(cut.contains("created group snapshot g at one cut: a@g, b@g"), "{cut}");
+
+        // Reads each snapshot back: the count of leading blocks as written, and nothing after.
+        let prefix = |name: &str| -> u64 {
+            let meta_url = cluster.mon.meta_url.clone();
+            let name = name.to_string();
+            runtime.block_on(async move {
+                let client = client::Client::connect(&meta_url).await.expect("client");
+                let snapshot = client.open_snapshot(&name).await.expect("open the snapshot");
+                let data = snapshot.read(0, (BLOCKS * 4096) as u32).await.expect("read the snapshot");
+                let held =
+                    (0..BLOCKS).take_while(|&i| data[(i * 4096) as usize..][..4096] == block(i)[..]).count() as u64;
+                assert!(
+                    data[(held * 4096) as usize..].iter().all(|&byte| byte == 0),
+                    "{name} holds block {held} or later without all before it"
+                );
+                held
+            })
+        };
+        let (in_a, in_b) = (prefix("a@g"), prefix("b@g"));
+        assert!(in_b == in_a || in_b + 1 == in_a, "the cut is not one instant: a@g holds {in_a} blocks, b@g {in_b}");
+        assert!(in_a > 0 && in_a < written, "the cut fell outside the run: {in_a} of {written} blocks");
+
+        // Listed and removed together; one alone, a group over an unknown volume, a name taken: refused.
+        let list = api(&["snapshot", "ls"]);
+        let grouped: Vec<&str> = list["snapshots"]
+            .as_array()
+            .expect("snapshots")
+            .iter()
+            .filter(|s| s["grouped"] == true)
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(grouped, ["a@g", "b@g"], "{list}");
+        assert!(refused(&["snapshot", "rm", "a@g"]).contains("belongs to group snapshot \"g\""));
+        assert!(refused(&["snapshot", "create", "--group", "h", "a", "nosuch"]).contains("does not exist"));
+        assert!(refused(&["snapshot", "create", "--group", "g", "v"]).contains("already exists"));
+        assert!(refused(&["snapshot", "create", "--group", "h", "a", "a"]).contains("named twice"));
+        let unchanged = api(&["snapshot", "ls"]);
+        assert_eq!(unchanged["snapshots"].as_array().map(Vec::len), Some(2), "{unchanged}");
+        let removed = cli(&["snapshot", "rm", "--group", "g", "--api", API]);
+        assert!(removed.contains("group snapshot g removed: a@g, b@g"), "{removed}");
+        assert_eq!(api(&["snapshot", "ls"])["snapshots"].as_array().map(Vec::len), Some(0));
+        cli(&["snapshot", "create", "--group", "g", "v", "--api", API]);
     });
 }
 

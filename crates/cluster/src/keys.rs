@@ -13,6 +13,7 @@ pub const PEER_REPORTS_PREFIX: &str = "/basalt/peer-reports/";
 pub const VOLUMES_PREFIX: &str = "/basalt/volumes/";
 pub const SNAPSHOTS_PREFIX: &str = "/basalt/snapshots/";
 pub const TRASH_PREFIX: &str = "/basalt/trash/";
+pub const SNAPSHOT_GROUPS_PREFIX: &str = "/basalt/snapshot-groups/";
 pub const PG_HISTORY_PREFIX: &str = "/basalt/pg-history/";
 pub const MON_LEADER: &str = "/basalt/mon/leader";
 pub const POOL_ID_COUNTER: &str = "/basalt/counters/pool-id";
@@ -47,6 +48,11 @@ pub fn volume(name: &str) -> String {
 /// `full_name` is `VOLUME@SNAP`.
 pub fn snapshot(full_name: &str) -> String {
     format!("{SNAPSHOTS_PREFIX}{full_name}")
+}
+
+/// A group snapshot's name, taken while any of its snapshots exists.
+pub fn snapshot_group(name: &str) -> String {
+    format!("{SNAPSHOT_GROUPS_PREFIX}{name}")
 }
 
 /// A volume in the trash, by its head's inode (16 hex digits, so keys sort by it).

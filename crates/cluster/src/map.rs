@@ -286,6 +286,7 @@ mod tests {
             created_unix_ms: 0,
             hidden: false,
             deleting: false,
+            grouped: false,
         };
         serde_json::to_vec(&record).unwrap()
     }

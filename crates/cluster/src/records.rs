@@ -483,6 +483,10 @@ pub struct SnapshotRecord {
     /// Its volume is being removed: the reaper deletes its objects, then the record.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleting: bool,
+    /// The group snapshot it was taken in (its name is the group's), with the other volumes'
+    /// snapshots of the same cut: they are removed together.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grouped: bool,
 }
 
 impl SnapshotRecord {

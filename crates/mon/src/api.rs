@@ -24,8 +24,8 @@ use serde::Deserialize;
 
 use crate::admin::{self, AdminError, CreatePool, CreateVolume, ResizeVolume};
 use crate::down_report::{self, DownReport};
-use crate::snapshot_views::{self, SnapshotList, SnapshotView};
-use crate::snapshots::{self, CreateClone, CreateSnapshot};
+use crate::snapshot_views::{self, GroupView, SnapshotList, SnapshotView};
+use crate::snapshots::{self, CreateClone, CreateGroup, CreateSnapshot};
 use crate::trash_views::{self, TrashList, TrashView};
 use crate::usage_views::{self, UsageList, VolumeUsageView};
 use crate::views::{self, ClusterView, ErrorView, LeaderView, OsdList, OsdTree, PoolList, PoolView, StatusView};
@@ -51,6 +51,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/snapshots", get(list_snapshots).post(create_snapshot))
         .route("/snapshots/{name}", get(get_snapshot).delete(delete_snapshot))
         .route("/snapshots/{name}/clones", post(clone_snapshot))
+        .route("/snapshot-groups", post(create_group))
+        .route("/snapshot-groups/{name}", get(get_group).delete(delete_group))
         .route("/pgs", get(list_pgs))
         .route("/osds", get(list_osds))
         .route("/osds/tree", get(osd_tree))
@@ -412,6 +414,41 @@ async fn create_snapshot(
     seal::seal(store, &frozen.volume.name, frozen.volume.id, frozen.revision).await?;
     let map = cluster_watch::load(store).await?;
     Ok((StatusCode::CREATED, Json(snapshot_views::snapshot_view(&frozen.snapshot, &map))))
+}
+
+/// A group snapshot: every volume's head frozen in one transaction, then each sealed (all at
+/// once: the first Barrier round covers every head, since one map froze them all).
+async fn create_group(
+    State(shared): State<Arc<Shared>>,
+    Body(request): Body<CreateGroup>,
+) -> ApiResult<(StatusCode, Json<GroupView>)> {
+    let store = shared.store.as_ref();
+    let frozen = snapshots::freeze_group(store, &request, unix_ms_now()).await?;
+    let seals = frozen.iter().map(|each| seal::seal(store, &each.volume.name, each.volume.id, each.revision));
+    for sealed in futures_util::future::join_all(seals).await {
+        sealed?;
+    }
+    let map = cluster_watch::load(store).await?;
+    let snapshots = frozen.iter().map(|each| snapshot_views::snapshot_view(&each.snapshot, &map)).collect();
+    Ok((StatusCode::CREATED, Json(GroupView { name: request.name, snapshots })))
+}
+
+async fn get_group(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<GroupView>> {
+    let map = cluster_watch::load(shared.store.as_ref()).await?;
+    let members = snapshots::group_members(&map, &name);
+    if members.is_empty() {
+        return Err(AdminError::NotFound(format!("group snapshot {name:?} does not exist")).into());
+    }
+    let snapshots = members.iter().map(|snapshot| snapshot_views::snapshot_view(snapshot, &map)).collect();
+    Ok(Json(GroupView { name, snapshots }))
+}
+
+async fn delete_group(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<GroupView>> {
+    let store = shared.store.as_ref();
+    let removed = snapshots::remove_group(store, &name).await?;
+    let map = cluster_watch::load(store).await?;
+    let snapshots = removed.iter().map(|snapshot| snapshot_views::snapshot_view(snapshot, &map)).collect();
+    Ok(Json(GroupView { name, snapshots }))
 }
 
 async fn get_snapshot(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<SnapshotView>> {

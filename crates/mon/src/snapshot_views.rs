@@ -22,10 +22,21 @@ pub struct SnapshotView {
     pub created_unix_ms: u64,
     /// The volumes cloned from it.
     pub clones: Vec<String>,
+    /// Taken in a group snapshot of several volumes at one cut (whose name is the snapshot's):
+    /// removed only with the group.
+    #[serde(default)]
+    pub grouped: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotList {
+    pub snapshots: Vec<SnapshotView>,
+}
+
+/// A group snapshot: its name and each volume's snapshot of its cut, by volume.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupView {
+    pub name: String,
     pub snapshots: Vec<SnapshotView>,
 }
 
@@ -59,6 +70,7 @@ pub fn snapshot_view(snapshot: &SnapshotRecord, map: &ClusterMap) -> SnapshotVie
         parent: snapshot.parent.as_ref().map(|parent| parent.snapshot.clone()),
         created_unix_ms: snapshot.created_unix_ms,
         clones,
+        grouped: snapshot.grouped,
     }
 }
 

@@ -2,6 +2,8 @@
 //! the volume a new head over it; a clone is a new volume whose head reads through a snapshot.
 //! Each is one transaction of a few keys, whatever the volume's size.
 
+use std::collections::BTreeMap;
+
 use cluster::records::{encode, FORMAT_VERSION};
 use cluster::{inode, keys, split_snapshot_name, ClusterMap, Parent, SnapshotRecord, VolumeRecord};
 use meta::{Compare, CompareOp, MetaStore, Txn, TxnOp, TxnOpResult};
@@ -98,6 +100,168 @@ pub async fn freeze(store: &dyn MetaStore, full_name: &str, now_unix_ms: u64) ->
     Err(AdminError::Contended(format!("snapshot {full_name:?} was not taken: its volume kept changing; try again")))
 }
 
+/// The most volumes one group snapshot takes: one transaction writes three keys for each.
+pub const GROUP_VOLUMES_MAX: usize = 32;
+
+/// `POST /snapshot-groups`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateGroup {
+    /// The group's name, which each volume's snapshot takes: `VOLUME@NAME`.
+    pub name: String,
+    pub volumes: Vec<String>,
+}
+
+/// Freezes the heads of `request.volumes` as snapshots `VOLUME@NAME` of one group, in one
+/// transaction: every OSD sees all of them frozen from the same map on, so a write a client
+/// issued after another's acknowledgement can be in a snapshot only if that one is too, in
+/// whichever volumes and pools the two went (ADR 0033). The seal that follows is each volume's.
+pub async fn freeze_group(
+    store: &dyn MetaStore,
+    request: &CreateGroup,
+    now_unix_ms: u64,
+) -> Result<Vec<Frozen>, AdminError> {
+    check_name("snapshot", &request.name, SNAPSHOT_NAME_LENGTH_MAX)?;
+    if request.volumes.is_empty() || request.volumes.len() > GROUP_VOLUMES_MAX {
+        return Err(AdminError::Invalid(format!(
+            "a group snapshot takes 1 to {GROUP_VOLUMES_MAX} volumes, not {}",
+            request.volumes.len()
+        )));
+    }
+    for (index, name) in request.volumes.iter().enumerate() {
+        check_name("volume", name, VOLUME_NAME_LENGTH_MAX)?;
+        if request.volumes[..index].contains(name) {
+            return Err(AdminError::Invalid(format!("volume {name:?} is named twice in the group")));
+        }
+    }
+    let group_key = keys::snapshot_group(&request.name);
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        let map = cluster_watch::load(store).await?;
+        if let Some(taken) = group_members(&map, &request.name).first() {
+            return Err(AdminError::Conflict(format!(
+                "group snapshot {:?} already exists ({})",
+                request.name,
+                taken.full_name()
+            )));
+        }
+        // The name is the group's while it has members; one left by members that went with
+        // their volumes is free again.
+        let mut compares = vec![match store.get(&group_key).await? {
+            Some(kv) => Compare::mod_revision(&group_key, CompareOp::Equal, kv.mod_revision),
+            None => Compare::absent(&group_key),
+        }];
+        let members = serde_json::to_vec(&request.volumes).expect("names encode");
+        let mut success = vec![TxnOp::put(&group_key, members, None)];
+        let mut frozen = Vec::new();
+        // A family's counter read once: volumes of one family (a volume and its clones) take
+        // consecutive layers from it.
+        let mut counters: BTreeMap<String, (i64, u64)> = BTreeMap::new();
+        for name in &request.volumes {
+            let (volume, volume_revision) = admin::get_volume(store, name).await?;
+            refuse_unusable(&volume, "snapshot")?;
+            if volume.sealing {
+                return Err(AdminError::Contended(format!(
+                    "volume {name:?} is still sealing its last snapshot; try again"
+                )));
+            }
+            let full_name = cluster::snapshot_name(name, &request.name);
+            let snapshot_key = keys::snapshot(&full_name);
+            if store.get(&snapshot_key).await?.is_some() {
+                return Err(AdminError::Conflict(format!(
+                    "snapshot {full_name:?} already exists (or was removed while its volume still reads through it)"
+                )));
+            }
+            check_depth(&map, volume.id, name)?;
+            let family = inode::family(volume.id).expect("refuse_unusable let only layered heads through");
+            let counter_key = keys::layer_counter(volume.pool, family);
+            let next_layer = match counters.get_mut(&counter_key) {
+                Some((_, next)) => {
+                    *next += 1;
+                    *next
+                }
+                None => {
+                    let (next, _, revision) = next_layer(store, volume.id).await?;
+                    counters.insert(counter_key.clone(), (revision, next));
+                    next
+                }
+            };
+            if next_layer >= inode::LAYERS_MAX {
+                return Err(AdminError::Conflict(format!("the family of volume {name:?} has used all its layers")));
+            }
+            let mut snapshot = frozen_head(&volume, &request.name, false, now_unix_ms);
+            snapshot.grouped = true;
+            let mut switched = volume.clone();
+            switched.id = inode::layered(volume.pool, family, next_layer);
+            switched.parent =
+                Some(Parent { snapshot: full_name.clone(), inode: volume.id, size_bytes: volume.size_bytes });
+            switched.sealing = true;
+            compares.push(Compare::mod_revision(keys::volume(name), CompareOp::Equal, volume_revision));
+            compares.push(Compare::absent(&snapshot_key));
+            success.push(TxnOp::put(&snapshot_key, encode(&snapshot), None));
+            success.push(TxnOp::put(keys::volume(name), encode(&switched), None));
+            frozen.push(Frozen { snapshot, volume: switched, revision: 0 });
+        }
+        for (key, (revision, next)) in &counters {
+            compares.push(Compare::mod_revision(key, CompareOp::Equal, *revision));
+            success.push(TxnOp::put(key, counter_value(next + 1), None));
+        }
+        let response = store.txn(Txn { compares, success, failure: vec![] }).await?;
+        if response.succeeded {
+            for each in &mut frozen {
+                each.revision = response.revision;
+            }
+            tracing::info!(group = %request.name, volumes = ?request.volumes, "froze a group snapshot");
+            return Ok(frozen);
+        }
+    }
+    Err(AdminError::Contended(format!(
+        "group snapshot {:?} was not taken: its volumes kept changing; try again",
+        request.name
+    )))
+}
+
+/// The snapshots of group `name`, by volume.
+pub fn group_members(map: &ClusterMap, name: &str) -> Vec<SnapshotRecord> {
+    let mut members: Vec<SnapshotRecord> = map
+        .snapshots
+        .values()
+        .filter(|snapshot| snapshot.grouped && snapshot.name == name && !snapshot.hidden)
+        .cloned()
+        .collect();
+    members.sort_by(|a, b| a.volume.cmp(&b.volume));
+    members
+}
+
+/// Removes every snapshot of group `name` at once (each hidden, as `remove` does one).
+pub async fn remove_group(store: &dyn MetaStore, name: &str) -> Result<Vec<SnapshotRecord>, AdminError> {
+    check_name("snapshot", name, SNAPSHOT_NAME_LENGTH_MAX)?;
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        let map = cluster_watch::load(store).await?;
+        let members = group_members(&map, name);
+        if members.is_empty() {
+            return Err(AdminError::NotFound(format!("group snapshot {name:?} does not exist")));
+        }
+        let group_key = keys::snapshot_group(name);
+        let mut compares = Vec::new();
+        let mut success = vec![TxnOp::delete(&group_key)];
+        let mut removed = Vec::new();
+        for member in members {
+            let key = keys::snapshot(&member.full_name());
+            let Some(kv) = store.get(&key).await? else { continue };
+            let mut record: SnapshotRecord = cluster::records::decode(&key, &kv.value)?;
+            record.hidden = true;
+            compares.push(Compare::mod_revision(&key, CompareOp::Equal, kv.mod_revision));
+            success.push(TxnOp::put(&key, encode(&record), None));
+            removed.push(record);
+        }
+        if store.txn(Txn { compares, success, failure: vec![] }).await?.succeeded {
+            tracing::info!(group = name, snapshots = removed.len(), "removed a group snapshot");
+            return Ok(removed);
+        }
+    }
+    Err(AdminError::Contended(format!("group snapshot {name:?} kept changing; try again")))
+}
+
 /// The name of the record that keeps a head a rollback replaced until its objects are gone:
 /// `~` is not allowed in names users give, so it never meets one.
 pub fn retired_head_name(head: u64) -> String {
@@ -170,6 +334,7 @@ fn frozen_head(volume: &VolumeRecord, name: &str, hidden: bool, now_unix_ms: u64
         created_unix_ms: now_unix_ms,
         hidden,
         deleting: false,
+        grouped: false,
     }
 }
 
@@ -324,6 +489,12 @@ pub async fn remove(store: &dyn MetaStore, full_name: &str) -> Result<SnapshotRe
         let (mut snapshot, revision) = get_snapshot(store, full_name).await?;
         if snapshot.hidden {
             return Err(AdminError::NotFound(format!("snapshot {full_name:?} does not exist")));
+        }
+        if snapshot.grouped {
+            return Err(AdminError::Conflict(format!(
+                "snapshot {full_name:?} belongs to group snapshot {:?}; remove the group with `basalt snapshot rm --group {}`",
+                snapshot.name, snapshot.name
+            )));
         }
         snapshot.hidden = true;
         let key = keys::snapshot(full_name);
