@@ -25,15 +25,7 @@ source scripts/lib/basalt-bin.sh
 api=127.0.0.1:18080
 meta=127.0.0.1:12390
 
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-rm -rf "$dir"
-mkdir -p "$dir"
+source scripts/lib/scratch.sh
 
 "$basalt" mon --embedded "$dir/meta" --meta-listen "$meta" --api "$api" >"$out/mon.log" 2>&1 &
 pids+=($!)

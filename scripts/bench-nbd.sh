@@ -27,15 +27,7 @@ nbd_basalt=127.0.0.1:20809
 nbd_qemu=127.0.0.1:20810
 nbd_memory=127.0.0.1:20811
 
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-rm -rf "$dir"
-mkdir -p "$dir"
+source scripts/lib/scratch.sh
 
 "$basalt" dev --data "$dir/cluster" --nbd "$nbd_basalt" --api 127.0.0.1:20080 --meta-listen 127.0.0.1:20390 \
     --osd-size 6G --volume "bench=$size" --volume pg=4G --spin-us "${SPIN_US:-0}" \

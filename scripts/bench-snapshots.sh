@@ -23,15 +23,7 @@ source scripts/lib/basalt-bin.sh
 api=127.0.0.1:20080
 nbd=127.0.0.1:20809
 
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-rm -rf "$dir"
-mkdir -p "$dir"
+source scripts/lib/scratch.sh
 
 "$basalt" dev --data "$dir/cluster" --nbd "$nbd" --api "$api" --meta-listen 127.0.0.1:20390 --osd-size 8G \
     --volume flat=1G --volume deep=1G --volume stall=1G >"$out/dev.log" 2>&1 &

@@ -32,15 +32,7 @@ source scripts/lib/basalt-bin.sh
 api=127.0.0.1:18280
 command -v perf >/dev/null || { echo "profile-qd1: perf is not installed" >&2; exit 1; }
 
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-rm -rf "$dir"
-mkdir -p "$dir"
+source scripts/lib/scratch.sh
 
 "$basalt" dev --data "$dir" --api "$api" --meta-listen 127.0.0.1:12590 --nbd 127.0.0.1:18919 --volume bench=1G \
     >"$out/dev.log" 2>&1 &

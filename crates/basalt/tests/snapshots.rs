@@ -318,25 +318,31 @@ fn a_group_snapshot_holds_one_cut_across_two_pools_under_dependent_writes() {
             let x = client::Client::connect(&meta_url).await.expect("client x");
             let y = client::Client::connect(&meta_url).await.expect("client y");
             let (a, b) = (x.open_volume("a").await.expect("open a"), y.open_volume("b").await.expect("open b"));
-            let snapshot_done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
-            let done = snapshot_done.clone();
+            // The writer's pairs done, and the pair it stops after: 64 past the snapshot's end,
+            // so the cut falls inside the run.
+            let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let stop_after = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(BLOCKS));
+            let (done, stop) = (progress.clone(), stop_after.clone());
             let writer = tokio::spawn(async move {
                 for i in 0..BLOCKS {
                     a.write(i * 4096, block(i)).await.expect("x writes a");
                     b.write(i * 4096, block(i)).await.expect("y writes b");
-                    // Goes on a while past the snapshot, so the cut falls inside the run.
-                    if i >= done.load(std::sync::atomic::Ordering::Relaxed).saturating_add(64) {
+                    done.store(i + 1, std::sync::atomic::Ordering::Relaxed);
+                    if i + 1 >= stop.load(std::sync::atomic::Ordering::Relaxed) {
                         return i + 1;
                     }
                 }
                 BLOCKS
             });
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            while progress.load(std::sync::atomic::Ordering::Relaxed) < 32 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             let created =
                 tokio::task::spawn_blocking(|| cli(&["snapshot", "create", "--group", "g", "a", "b", "--api", API]))
                     .await
                     .expect("the snapshot's thread");
-            snapshot_done.store(0, std::sync::atomic::Ordering::Relaxed);
+            stop_after
+                .store(progress.load(std::sync::atomic::Ordering::Relaxed) + 64, std::sync::atomic::Ordering::Relaxed);
             let written = writer.await.expect("the writer");
             (written, created)
         });

@@ -19,11 +19,10 @@
 //! than the lower of the two *disk behind a round trip* figures; benchmarks set Basalt's QD1
 //! read against it.
 
-use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
@@ -31,6 +30,7 @@ use engine::AlignedBuffer;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::floor_file::{Access, FloorFile};
 use crate::size::{format_bytes, parse_bytes};
 use crate::stats::median;
 use crate::Global;
@@ -112,7 +112,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
         args.file_size_bytes >= READ_BYTES as u64 && args.file_size_bytes.is_multiple_of(READ_BYTES as u64),
         "--file-size must be a positive multiple of 4K"
     );
-    let file = ReadFile::create(&args.dir.join("basalt-read-floor"), args.file_size_bytes)?;
+    let file = FloorFile::create(&args.dir.join("basalt-read-floor"), args.file_size_bytes, 0x5a, Access::Read)?;
     global.say(format_args!("laid out {} in {} (untimed)", format_bytes(args.file_size_bytes), args.dir.display()));
     let pages = args.file_size_bytes / READ_BYTES as u64;
     let mut windows = Windows::default();
@@ -174,60 +174,21 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The file read from, removed when dropped.
-struct ReadFile {
-    path: PathBuf,
-    file: File,
-}
-
-impl ReadFile {
-    /// Creates the file and writes all of it, so that every read reaches the disk's blocks
-    /// (a hole would be answered with zeros without a disk read).
-    fn create(path: &Path, size_bytes: u64) -> anyhow::Result<ReadFile> {
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        let chunk = vec![0x5au8; 1 << 20];
-        let mut left = size_bytes;
-        while left > 0 {
-            let take = left.min(chunk.len() as u64) as usize;
-            file.write_all(&chunk[..take]).with_context(|| format!("cannot write {}", path.display()))?;
-            left -= take as u64;
-        }
-        file.sync_all().with_context(|| format!("cannot sync {}", path.display()))?;
-        drop(file);
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-            .with_context(|| format!("cannot open {} with O_DIRECT", path.display()))?;
-        Ok(ReadFile { path: path.to_path_buf(), file })
-    }
-
-    fn read_page(&self, buffer: &mut AlignedBuffer, offset: u64) -> anyhow::Result<()> {
-        self.file
-            .read_exact_at(buffer.as_mut_slice(), offset)
-            .with_context(|| format!("read of {} at {offset} failed", self.path.display()))
-    }
-}
-
-impl Drop for ReadFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
+/// Reads 4 KiB of `file` at `offset` into `buffer`.
+fn read_page(file: &FloorFile, buffer: &mut AlignedBuffer, offset: u64) -> anyhow::Result<()> {
+    file.file
+        .read_exact_at(buffer.as_mut_slice(), offset)
+        .with_context(|| format!("read of {} at {offset} failed", file.path.display()))
 }
 
 /// Mean microseconds per read of one window of reads alone.
-fn disk_window_us(file: &ReadFile, mut request: impl FnMut() -> Request) -> anyhow::Result<f64> {
+fn disk_window_us(file: &FloorFile, mut request: impl FnMut() -> Request) -> anyhow::Result<f64> {
     let mut buffer = AlignedBuffer::zeroed(READ_BYTES);
     let started = Instant::now();
     let mut reads = 0u64;
     while started.elapsed() < WINDOW {
         let Request::Read(offset) = request() else { unreachable!("reads only") };
-        file.read_page(&mut buffer, offset)?;
+        read_page(file, &mut buffer, offset)?;
         reads += 1;
     }
     Ok(started.elapsed().as_secs_f64() * 1e6 / reads as f64)
@@ -253,7 +214,7 @@ fn call(client: &mut UnixStream, request: Request) -> anyhow::Result<()> {
 }
 
 /// The server thread: answers each request with 4 KiB until `Stop`.
-fn serve(mut socket: UnixStream, file: &ReadFile, all: &libc::cpu_set_t) -> anyhow::Result<()> {
+fn serve(mut socket: UnixStream, file: &FloorFile, all: &libc::cpu_set_t) -> anyhow::Result<()> {
     let mut buffer = AlignedBuffer::zeroed(READ_BYTES);
     let mut request = [0u8; 16];
     loop {
@@ -261,7 +222,7 @@ fn serve(mut socket: UnixStream, file: &ReadFile, all: &libc::cpu_set_t) -> anyh
         match Request::decode(&request) {
             Request::Stop => return Ok(()),
             Request::NoRead => {}
-            Request::Read(offset) => file.read_page(&mut buffer, offset)?,
+            Request::Read(offset) => read_page(file, &mut buffer, offset)?,
             Request::Pin(cpu) => pin(cpu, all)?,
         }
         socket.write_all(buffer.as_slice()).context("the server cannot send a reply")?;

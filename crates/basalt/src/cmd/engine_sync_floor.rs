@@ -18,11 +18,10 @@
 //! program that makes N durable copies for a client on this machine, and so the floor under
 //! Basalt's QD1 write here: the disk's, the wire's and the wake-ups' costs, and nothing else.
 
-use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -32,6 +31,7 @@ use engine::AlignedBuffer;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::floor_file::{Access, FloorFile};
 use crate::size::{format_bytes, parse_bytes};
 use crate::stats::median;
 use crate::Global;
@@ -73,7 +73,14 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
         "--file-size must be a positive multiple of 4K"
     );
     let files = (0..args.writers)
-        .map(|index| WriterFile::create(&args.dir.join(format!("basalt-sync-floor.{index}")), args.file_size_bytes))
+        .map(|index| {
+            FloorFile::create(
+                &args.dir.join(format!("basalt-sync-floor.{index}")),
+                args.file_size_bytes,
+                0,
+                Access::Write,
+            )
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     global.say(format_args!(
         "laid out {} files of {} in {} (untimed)",
@@ -123,49 +130,9 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One writer's file, removed when dropped.
-struct WriterFile {
-    path: PathBuf,
-    file: File,
-}
-
-impl WriterFile {
-    /// Creates the file and writes all of it, so that no write measured later allocates blocks
-    /// or converts unwritten extents (either would add a filesystem journal commit).
-    fn create(path: &Path, size_bytes: u64) -> anyhow::Result<WriterFile> {
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        let chunk = vec![0u8; 1 << 20];
-        let mut left = size_bytes;
-        while left > 0 {
-            let take = left.min(chunk.len() as u64) as usize;
-            file.write_all(&chunk[..take]).with_context(|| format!("cannot write {}", path.display()))?;
-            left -= take as u64;
-        }
-        file.sync_all().with_context(|| format!("cannot sync {}", path.display()))?;
-        drop(file);
-        let file = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-            .with_context(|| format!("cannot open {} with O_DIRECT", path.display()))?;
-        Ok(WriterFile { path: path.to_path_buf(), file })
-    }
-}
-
-impl Drop for WriterFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
 /// Runs lockstep rounds on `files` (one thread each) for one window; returns the mean
 /// microseconds per round.
-fn lockstep_round_us(files: &[WriterFile], file_size_bytes: u64) -> anyhow::Result<f64> {
+fn lockstep_round_us(files: &[FloorFile], file_size_bytes: u64) -> anyhow::Result<f64> {
     let barrier = Barrier::new(files.len());
     // The round all threads stop at: the first writer sets it before entering that round's
     // barrier, so every thread reads it after the barrier and takes the same decision (a thread
@@ -235,7 +202,7 @@ fn lockstep_round_us(files: &[WriterFile], file_size_bytes: u64) -> anyhow::Resu
 /// Mean microseconds per write of one window of replicated writes: a client thread asks a
 /// primary thread (on `files[0]`) for each, which has the replica threads (one per other file)
 /// make their copies while it makes its own, and acknowledges once all are durable.
-fn replicated_write_us(files: &[WriterFile], file_size_bytes: u64) -> anyhow::Result<f64> {
+fn replicated_write_us(files: &[FloorFile], file_size_bytes: u64) -> anyhow::Result<f64> {
     let pages = file_size_bytes / WRITE_BYTES as u64;
     std::thread::scope(|scope| {
         let (mut client, mut primary_link) = UnixStream::pair().context("cannot create a Unix socket pair")?;
@@ -278,7 +245,7 @@ fn replicated_write_us(files: &[WriterFile], file_size_bytes: u64) -> anyhow::Re
 
 /// Serves writes on `link` until its peer closes it: each asks every link of `replicas` for a
 /// copy, makes this thread's durable in `writer`, waits for theirs and acknowledges.
-fn serve_copies(link: &mut UnixStream, writer: &WriterFile, replicas: &mut [UnixStream]) -> anyhow::Result<()> {
+fn serve_copies(link: &mut UnixStream, writer: &FloorFile, replicas: &mut [UnixStream]) -> anyhow::Result<()> {
     let data = AlignedBuffer::zeroed(WRITE_BYTES);
     let mut request = [0u8; 8];
     let mut ack = [0u8; 1];

@@ -9,6 +9,7 @@ pub mod engine_read_floor;
 pub mod engine_sync_floor;
 pub mod engine_torture;
 pub mod engine_verify;
+mod floor_file;
 pub mod mon;
 pub mod nbd;
 pub mod osd_admin;
