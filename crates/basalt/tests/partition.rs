@@ -82,7 +82,7 @@ fn a_link_cut_between_two_osds_stalls_no_write_past_5_s_and_heals_clean() {
         std::thread::sleep(Duration::from_secs(20).saturating_sub(cut_at.elapsed()));
         assert_eq!(marked_down(), marked, "the marks changed during the cut");
         apply(&rules, false);
-        let longest = finish_timed_fio(writer, "across a 20 s cut between two OSDs");
+        let longest = finish_timed_fio(writer, "across a 20 s cut between two OSDs").longest_write;
         assert!(longest < Duration::from_secs(5), "a write waited {longest:?} across the cut");
         wait_until(Duration::from_secs(60), "the mark cleared", || marked_down().is_empty().then_some(()));
         assert_eq!(up_osds().len(), 3);
@@ -116,7 +116,7 @@ fn an_osd_that_loses_its_links_to_every_peer_is_the_only_one_marked_down() {
             std::thread::sleep(Duration::from_millis(500));
         }
         apply(&rules, false);
-        let longest = finish_timed_fio(writer, "while one OSD lost its peers");
+        let longest = finish_timed_fio(writer, "while one OSD lost its peers").longest_write;
         assert!(longest < Duration::from_secs(5), "a write waited {longest:?}");
         wait_until(Duration::from_secs(60), "the mark cleared", || marked_down().is_empty().then_some(()));
         wait_clean();

@@ -225,8 +225,22 @@ pub fn start_timed_fio(dir: &std::path::Path, seed: u32, runtime_s: u32) -> std:
     command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("start fio")
 }
 
-/// Waits for fio, fails on any error, and returns the longest write's completion time.
-pub fn finish_timed_fio(fio: std::process::Child, across: &str) -> Duration {
+/// The longest completion times of a timed fio run's writes and of its verifying reads.
+pub struct FioTimes {
+    pub longest_write: Duration,
+    pub longest_read: Duration,
+}
+
+impl FioTimes {
+    /// The longest of either: a stall that catches fio verifying (`--verify_backlog`) holds a
+    /// read, not a write.
+    pub fn longest(&self) -> Duration {
+        self.longest_write.max(self.longest_read)
+    }
+}
+
+/// Waits for fio, fails on any error, and returns its writes' and reads' longest completion times.
+pub fn finish_timed_fio(fio: std::process::Child, across: &str) -> FioTimes {
     let output = fio.wait_with_output().expect("wait for fio");
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "fio failed {across}: {text}{}", String::from_utf8_lossy(&output.stderr));
@@ -236,10 +250,14 @@ pub fn finish_timed_fio(fio: std::process::Child, across: &str) -> Duration {
     assert_eq!(job["error"], 0, "fio failed {across}: {text}");
     let writes = job["write"]["total_ios"].as_u64().expect("a write count");
     let verified = job["read"]["total_ios"].as_u64().expect("a read count");
-    let longest = Duration::from_nanos(job["write"]["lat_ns"]["max"].as_u64().expect("a latency"));
-    eprintln!("fio: {writes} writes {across}, {verified} verified, the longest took {longest:?}");
+    let longest = |kind: &str| Duration::from_nanos(job[kind]["lat_ns"]["max"].as_u64().expect("a latency"));
+    let times = FioTimes { longest_write: longest("write"), longest_read: longest("read") };
+    eprintln!(
+        "fio: {writes} writes {across}, {verified} verified, the longest write took {:?}, the longest read {:?}",
+        times.longest_write, times.longest_read
+    );
     assert!(writes > 0 && verified > 0, "fio wrote or verified nothing {across}: {text}");
-    longest
+    times
 }
 
 pub fn run_fio(dir: &std::path::Path, size: &str, seed: u32, extra: &[&str]) {
