@@ -22,6 +22,7 @@ out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 rig=$(cd ../shared/rig && pwd)
 source scripts/lib/basalt-bin.sh
+source scripts/lib/durable-reference.sh
 api=127.0.0.1:18080
 meta=127.0.0.1:12390
 
@@ -66,11 +67,7 @@ for round in $(seq 1 "$rounds"); do
     echo "bench-cluster: round $round of $rounds" >&2
     OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" KEEP_FILE=1 \
         bash "$rig/raw-baseline.sh" "$base" >"$out/raw-$round.txt"
-    # The durable reference for QD32 writes: the same random writes, an fdatasync after every 32.
-    fio --name=randwrite-4k-qd32-fdatasync32 --filename="$base/rig-raw-baseline.fio" --size=1G \
-        --rw=randwrite --bs=4k --iodepth=32 --fdatasync=32 --ioengine=libaio --direct=1 \
-        --runtime="$runtime" --ramp_time=2 --time_based --output-format=json \
-        --output="$out/raw-$round/randwrite-4k-qd32-fdatasync32.json" >/dev/null
+    durable_qd32_reference "$base/rig-raw-baseline.fio" "$runtime" "$out/raw-$round/randwrite-4k-qd32-fdatasync32.json"
     rm -f "$base/rig-raw-baseline.fio"
     "$basalt" -q engine sync-floor --dir "$base" --writers 3 --runtime "$runtime" --json >"$out/floor-$round.json"
     "$basalt" -q engine read-floor --dir "$base" --runtime "$(( runtime < 5 ? 5 : runtime ))" --json >"$out/read-floor-$round.json"

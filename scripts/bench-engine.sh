@@ -16,18 +16,15 @@ runtime=${RUNTIME:-10}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 rig=../shared/rig
+source scripts/lib/durable-reference.sh
 cargo build --release -p basalt >&2
 workloads="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd1-fsync randwrite-4k-qd32"
 for round in $(seq 1 "$rounds"); do
     echo "bench-engine: round $round of $rounds" >&2
     OUT_DIR="$out/raw-$round" RUNTIME=$runtime SIZE=1G WORKLOADS="$workloads" KEEP_FILE=1 \
         bash "$rig/raw-baseline.sh" "$dir" >"$out/raw-$round.txt"
-    # The durable reference for the QD32 write: the same random writes on the same file, an
-    # fdatasync after every 32 (one engine record's worth), each page written once.
-    fio --name=randwrite-4k-qd32-fdatasync32 --filename="$dir/rig-raw-baseline.fio" --size=1G \
-        --rw=randwrite --bs=4k --iodepth=32 --fdatasync=32 --ioengine=libaio --direct=1 \
-        --runtime="$runtime" --ramp_time=2 --time_based --output-format=json \
-        --output="$out/raw-$round/randwrite-4k-qd32-fdatasync32.json" >/dev/null
+    # The durable reference for the QD32 write: the same random writes on the same file.
+    durable_qd32_reference "$dir/rig-raw-baseline.fio" "$runtime" "$out/raw-$round/randwrite-4k-qd32-fdatasync32.json"
     rm -f "$dir/rig-raw-baseline.fio"
     target/release/basalt -q engine bench --data "$dir/basalt-bench.img" --size "${SIZE:-1200M}" --runtime "$runtime" \
         --spin-us "${SPIN_US:-0}" --json --workloads randread-4k-qd1,randread-4k-qd32,randwrite-4k-qd1,randwrite-4k-qd32 \
