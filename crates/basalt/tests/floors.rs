@@ -9,6 +9,16 @@ use testkit::Scratch;
 
 const BASALT: &str = env!("CARGO_BIN_EXE_basalt");
 
+/// `basalt engine FLOOR ARGS` fails for each case, its error naming what the case names.
+fn refused(floor: &str, cases: &[(Vec<&str>, &str)]) {
+    for (args, named) in cases {
+        let output = Command::new(BASALT).args(["engine", floor]).args(args).output().expect("run basalt");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{floor} {args:?} succeeded");
+        assert!(stderr.contains(named), "{floor} {args:?}: error does not name {named}: {stderr}");
+    }
+}
+
 #[test]
 fn sync_floor_reports_one_writer_and_lockstep_rounds_and_cleans_up() {
     let dir = Scratch::new("sync-floor-reports");
@@ -50,12 +60,7 @@ fn sync_floor_refuses_bad_arguments_naming_them() {
         (vec!["--dir", dir_text, "--file-size", "1000"], "--file-size"),
         (vec!["--dir", missing.to_str().unwrap()], "missing"),
     ];
-    for (args, named) in cases {
-        let output = Command::new(BASALT).args(["engine", "sync-floor"]).args(&args).output().expect("run basalt");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{args:?} succeeded");
-        assert!(stderr.contains(named), "{args:?}: error does not name {named}: {stderr}");
-    }
+    refused("sync-floor", &cases);
 }
 
 #[test]
@@ -93,10 +98,5 @@ fn read_floor_refuses_bad_arguments_naming_them() {
         (vec!["--dir", dir_text, "--file-size", "1000"], "--file-size"),
         (vec!["--dir", missing.to_str().unwrap()], "missing"),
     ];
-    for (args, named) in cases {
-        let output = Command::new(BASALT).args(["engine", "read-floor"]).args(&args).output().expect("run basalt");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{args:?} succeeded");
-        assert!(stderr.contains(named), "{args:?}: error does not name {named}: {stderr}");
-    }
+    refused("read-floor", &cases);
 }
