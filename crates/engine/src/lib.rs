@@ -42,6 +42,11 @@ pub enum Request {
     Delete {
         object: ObjectId,
     },
+    /// Which pages the object holds, without reading them: only a written-back object's
+    /// metadata page may be read.
+    Pages {
+        object: ObjectId,
+    },
     /// A write whose version the caller chose (a PG primary mints it; its replicas store the
     /// same). It must exceed every version of the object the engine still knows, including a
     /// delete in the journal; otherwise it fails with [`EngineError::StaleVersion`].
@@ -85,6 +90,12 @@ pub enum Reply {
     },
     Deleted {
         version: u64,
+    },
+    /// `present`: the pages the object holds (bit `i`: page `i`); none for an object that does
+    /// not exist.
+    Pages {
+        version: u64,
+        present: u64,
     },
     Flushed,
 }

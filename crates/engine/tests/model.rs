@@ -4,7 +4,7 @@
 //! requests submitted together and polled until all complete (several in flight at once, on a
 //! disk that completes them in random order), a run of write-back to completion, or a reopen
 //! (the engine stops as a killed process would, with write-back possibly mid-job, and replays).
-//! Checked: every reply, every read byte and the pages each read reports present, versions
+//! Checked: every reply, every read byte and the pages each read (and each `Pages` request) reports present, versions
 //! growing per object, `list_objects` and the space accounting. Two geometries: 16 KiB objects with a journal that wraps and fills, and
 //! the default 128 KiB objects. `BASALT_MODEL_CASES` sets the number of cases per geometry.
 
@@ -332,6 +332,16 @@ impl Harness {
                 );
             }
             assert_eq!(present, state.present, "{object}: the pages present");
+            // The same, asked without reading data.
+            match common::execute(self.engine(), engine::Request::Pages { object }) {
+                Ok(Reply::Pages { version: pages_version, present }) => {
+                    assert_eq!(present, state.present, "{object}: the pages a Pages request reports");
+                    if state.exists {
+                        assert_eq!(pages_version, state.version, "{object}: the version a Pages request reports");
+                    }
+                }
+                other => panic!("pages of {object}: {other:?}"),
+            }
             if state.exists {
                 assert_eq!(version, state.version, "{object}: version");
             } else {

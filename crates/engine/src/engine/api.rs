@@ -150,7 +150,11 @@ impl<D: Disk> Engine<D> {
                 if let Err(error) = self.check_range(offset_bytes, length_bytes) {
                     return self.complete(user_data, Err(error));
                 }
-                self.start_read(user_data, object, offset_bytes, length_bytes);
+                self.start_read(user_data, object, offset_bytes, length_bytes, true);
+            }
+            Request::Pages { object } => {
+                let length_bytes = self.geometry.object_size_bytes;
+                self.start_read(user_data, object, 0, length_bytes, false);
             }
             Request::Flush => {
                 let upto = self.next_write_seq;

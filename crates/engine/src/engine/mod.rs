@@ -285,7 +285,10 @@ struct ReadOp {
     offset_bytes: u32,
     version: u64,
     sources: Vec<PageSource>,
+    /// Empty for a read of which pages the object holds (`Request::Pages`): no data is read.
     runs: Vec<ReadRun>,
+    /// False for `Request::Pages`.
+    wants_data: bool,
     /// The result; disk runs land here directly when there is only one run.
     data: AlignedBuffer,
     ios_pending: usize,

@@ -13,7 +13,16 @@ use crate::{EngineError, ObjectId, Reply};
 type JournaledWhole<'a> = (&'a [u32], u64);
 
 impl<D: Disk> Engine<D> {
-    pub(super) fn start_read(&mut self, user_data: u64, object: ObjectId, offset_bytes: u32, length_bytes: u32) {
+    /// Starts a read of the range; without `wants_data`, only of which pages the object holds
+    /// (the sources are resolved as for a read, then nothing but metadata is loaded).
+    pub(super) fn start_read(
+        &mut self,
+        user_data: u64,
+        object: ObjectId,
+        offset_bytes: u32,
+        length_bytes: u32,
+        wants_data: bool,
+    ) {
         let first_page = offset_bytes / PAGE_SIZE_BYTES;
         let page_count = (length_bytes / PAGE_SIZE_BYTES) as usize;
         // Resolve each page to where its newest committed data lives.
@@ -75,12 +84,14 @@ impl<D: Disk> Engine<D> {
         // record (no newer than any record the read uses) holds the journal tail.
         let pinned_record = sources
             .iter()
-            .any(|source| matches!(source, PageSource::Journal { .. }))
+            .any(|source| wants_data && matches!(source, PageSource::Journal { .. }))
             .then(|| self.dirty[&object].entries[0].record_seq);
         // Group pages into disk runs.
         let g = self.geometry;
         let mut runs: Vec<ReadRun> = Vec::new();
         let mut pinned_blocks = Vec::new();
+        // A block stays pinned while its metadata is loaded, even when no data is read, so
+        // that its slot still describes this object when it arrives.
         for (at, source) in sources.iter().enumerate() {
             let disk_offset = match *source {
                 PageSource::Zero => continue,
@@ -92,6 +103,9 @@ impl<D: Disk> Engine<D> {
                     g.block_offset_bytes(block) + u64::from(page) * PAGE
                 }
             };
+            if !wants_data {
+                continue;
+            }
             if let Some(run) = runs.last_mut() {
                 if run.first_page + run.page_count == at
                     && run.disk_offset_bytes + run.page_count as u64 * PAGE == disk_offset
@@ -117,7 +131,8 @@ impl<D: Disk> Engine<D> {
             version,
             sources,
             runs,
-            data: AlignedBuffer::zeroed(length_bytes as usize),
+            wants_data,
+            data: if wants_data { AlignedBuffer::zeroed(length_bytes as usize) } else { AlignedBuffer::empty() },
             ios_pending: 0,
             meta_needed,
             meta: None,
@@ -143,7 +158,7 @@ impl<D: Disk> Engine<D> {
         }
         // One run covering the whole request reads straight into the result buffer; otherwise
         // each run gets its own buffer, copied in on completion.
-        let single = read.runs.len() == 1 && read.runs[0].page_count == page_count;
+        let single = wants_data && read.runs.len() == 1 && read.runs[0].page_count == page_count;
         let run_requests: Vec<(usize, u64, usize)> =
             read.runs.iter().enumerate().map(|(index, run)| (index, run.disk_offset_bytes, run.page_count)).collect();
         read.ios_pending += run_requests.len();
@@ -219,6 +234,19 @@ impl<D: Disk> Engine<D> {
         }
         let first_page = read.offset_bytes / PAGE_SIZE_BYTES;
         let mut present = 0u64;
+        if !read.wants_data {
+            for (at, source) in read.sources.iter().enumerate() {
+                let held = match *source {
+                    PageSource::Zero => false,
+                    PageSource::Journal { .. } | PageSource::Block { crc: Some(_), .. } => true,
+                    PageSource::Block { page, crc: None, .. } => {
+                        meta.as_ref().expect("metadata present").page_bitmap & (1 << page) != 0
+                    }
+                };
+                present |= u64::from(held) << (first_page + at as u32);
+            }
+            return Ok(Reply::Pages { version: read.version, present });
+        }
         for (at, source) in read.sources.iter().enumerate() {
             let page = &mut read.data[at * PAGE_USIZE..(at + 1) * PAGE_USIZE];
             let expected = match *source {
