@@ -11,6 +11,7 @@ pub enum Operation {
     WriteZeroes,
     Trim,
     Allocation,
+    Changes,
 }
 
 impl std::fmt::Display for Operation {
@@ -21,6 +22,7 @@ impl std::fmt::Display for Operation {
             Operation::WriteZeroes => "write_zeroes",
             Operation::Trim => "trim",
             Operation::Allocation => "allocation",
+            Operation::Changes => "changes",
         })
     }
 }
@@ -36,6 +38,10 @@ pub enum ClientError {
     /// Refused before anything was sent: a snapshot takes no writes.
     #[error("{volume:?} is a snapshot, read only: {operation} refused")]
     ReadOnly { volume: String, operation: Operation },
+    /// Refused before anything was sent: changes are counted against a snapshot below the
+    /// layer in its chain (an earlier snapshot of the same volume, not rolled back past).
+    #[error("{since:?} is not an earlier snapshot of {layer:?} in its chain")]
+    NotEarlier { layer: String, since: String },
     #[error("volume {name:?} cannot be opened: {reason}")]
     InvalidVolume { name: String, reason: String },
     /// Refused before anything was sent: misaligned offset or length, or a length over the

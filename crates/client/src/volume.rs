@@ -242,6 +242,94 @@ impl Volume {
         }
     }
 
+    /// The visible snapshots below this handle's layer in its chain, newest first: what
+    /// [`Volume::changes`] may compare it with (a snapshot older than a rollback's is not; a
+    /// clone's parent snapshots, of another volume, are).
+    pub fn earlier_snapshots(&self) -> Vec<SnapshotRecord> {
+        let map = self.inner.client.map();
+        let Some(inode) = self.inode(&map) else { return Vec::new() };
+        map.chain(inode)
+            .skip(1)
+            .filter_map(|(layer, _)| map.snapshot_of(layer))
+            .filter(|record| !record.hidden && !record.deleting)
+            .cloned()
+            .collect()
+    }
+
+    /// Which pages of the range may differ from snapshot `since` (one of
+    /// [`Volume::earlier_snapshots`], `SNAP` for one of this volume's, `VOLUME@SNAP` for any):
+    /// runs of `(length_bytes, changed)` in order, from
+    /// `offset_bytes` on, never `false` where the content differs. The OSDs answer from what
+    /// each layer above `since` holds, reading no data. At most [`ALLOCATION_OBJECTS_MAX`]
+    /// objects are asked about, so the runs may cover only a prefix of a long range.
+    pub async fn changes(
+        &self,
+        since: &str,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<(u64, bool)>, ClientError> {
+        let (map, pg_count, inode) = self.check(Operation::Changes, offset_bytes, length_bytes)?;
+        let volume = match cluster::split_snapshot_name(&self.inner.name) {
+            Some((volume, _)) => volume,
+            None => self.inner.name.as_str(),
+        };
+        let full_name = match cluster::split_snapshot_name(since) {
+            Some(_) => since.to_string(),
+            None => cluster::snapshot_name(volume, since),
+        };
+        let Some(record) = map.snapshots.get(&full_name).filter(|record| !record.hidden && !record.deleting) else {
+            return Err(ClientError::NoSuchSnapshot { name: full_name });
+        };
+        if record.inode == inode || !map.chain(inode).any(|(layer, _)| layer == record.inode) {
+            return Err(ClientError::NotEarlier { layer: self.inner.name.clone(), since: full_name });
+        }
+        let since_inode = record.inode;
+        let started = Instant::now();
+        let asked: Vec<Piece> =
+            pieces(inode, self.inner.pool, pg_count, self.inner.object_size_bytes, offset_bytes, length_bytes)
+                .take(ALLOCATION_OBJECTS_MAX)
+                .collect();
+        let answers: Vec<Result<u64, ClientError>> = stream::iter(asked.iter().copied())
+            .map(|piece| {
+                let map = map.clone();
+                async move { self.object_changes(map, piece, since_inode, started).await }
+            })
+            .buffered(PIECES_IN_FLIGHT_MAX)
+            .collect()
+            .await;
+        let object_size = u64::from(self.inner.object_size_bytes);
+        let mut runs: Vec<(u64, bool)> = Vec::new();
+        for (piece, answer) in asked.iter().zip(answers) {
+            let pages = answer?;
+            let first = (piece.offset_bytes % object_size) / BLOCK_SIZE_BYTES;
+            for page in first..first + u64::from(piece.length_bytes) / BLOCK_SIZE_BYTES {
+                let changed = pages & (1 << page) != 0;
+                match runs.last_mut() {
+                    Some((length, last)) if *last == changed => *length += BLOCK_SIZE_BYTES,
+                    _ => runs.push((BLOCK_SIZE_BYTES, changed)),
+                }
+            }
+        }
+        Ok(runs)
+    }
+
+    async fn object_changes(
+        &self,
+        map: Arc<ClusterMap>,
+        piece: Piece,
+        since: u64,
+        started: Instant,
+    ) -> Result<u64, ClientError> {
+        let changes =
+            |inode| Request::Changes { pg: piece.pg, object: wire::ObjectId { inode, stripe: piece.stripe }, since };
+        match self.run_piece(map, Operation::Changes, &piece, &changes, started).await? {
+            (Response::Changes { pages }, _) => Ok(pages),
+            (other, osd) => {
+                Err(self.bad_reply(Operation::Changes, &piece, osd, format!("a {} reply to a Changes", other.opcode())))
+            }
+        }
+    }
+
     /// Waits until every write, write_zeroes and trim issued on this volume handle (or its
     /// clones) before the call has finished. Sends nothing: acknowledged writes are durable.
     pub async fn flush(&self) -> Result<(), ClientError> {
@@ -291,7 +379,7 @@ impl Volume {
                 reason: "offset and length must be multiples of 4096 bytes",
             });
         }
-        if self.is_read_only() && !matches!(operation, Operation::Read | Operation::Allocation) {
+        if self.is_read_only() && !matches!(operation, Operation::Read | Operation::Allocation | Operation::Changes) {
             return Err(ClientError::ReadOnly { volume: volume(), operation });
         }
         let map = self.inner.client.map();

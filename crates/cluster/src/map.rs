@@ -107,6 +107,11 @@ impl ClusterMap {
         self.osds.get(&osd).and_then(|record| record.down_mark.as_ref()).is_some_and(|mark| mark.is_active())
     }
 
+    /// The snapshot whose frozen layer `inode` is, hidden or not.
+    pub fn snapshot_of(&self, inode: u64) -> Option<&SnapshotRecord> {
+        self.frozen.get(&inode).and_then(|name| self.snapshots.get(name))
+    }
+
     /// What the map says of layer `inode`: a volume's head or a snapshot, and its parent.
     pub fn layer(&self, inode: u64) -> Option<Layer<'_>> {
         if let Some(snapshot) = self.frozen.get(&inode).and_then(|name| self.snapshots.get(name)) {

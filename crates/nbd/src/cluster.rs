@@ -8,12 +8,14 @@
 //! writes issued before it.
 //!
 //! Block status asks the client library which objects exist: an object never written (or
-//! deleted) is a hole, so clients that honour it skip what reads as zeros.
+//! deleted) is a hole, so clients that honour it skip what reads as zeros. Each earlier
+//! snapshot of a volume or snapshot is offered as `qemu:dirty-bitmap:NAME`: the pages that
+//! changed since, which the OSDs tell from the layers above `NAME` (incremental backup).
 
 use bytes::Bytes;
 use client::{Client, ClientError, Volume};
 
-use crate::export::{Export, ExportError, Exports, Extent};
+use crate::export::{Change, Export, ExportError, Exports, Extent};
 
 /// Every volume of the cluster, exported under its name. The empty (default) name is refused.
 #[derive(Clone, Debug)]
@@ -105,6 +107,27 @@ impl Export for VolumeExport {
         self.volume.flush().await.map_err(export_error)
     }
 
+    /// The snapshots below this export's layer: its volume's as `SNAP`, those of the volume a
+    /// clone was made from as `VOLUME@SNAP`.
+    fn bitmaps(&self) -> Vec<String> {
+        let name = self.volume.name();
+        let volume = cluster::split_snapshot_name(name).map_or(name, |(volume, _)| volume);
+        let bitmap = |record: cluster::SnapshotRecord| {
+            if record.volume == volume {
+                record.name
+            } else {
+                record.full_name()
+            }
+        };
+        self.volume.earlier_snapshots().into_iter().map(bitmap).collect()
+    }
+
+    /// Pages changed since snapshot `bitmap`; the answer may cover only a prefix of a long range.
+    async fn changes(&self, bitmap: &str, offset_bytes: u64, length_bytes: u64) -> Result<Vec<Change>, ExportError> {
+        let runs = self.volume.changes(bitmap, offset_bytes, length_bytes).await.map_err(export_error)?;
+        Ok(runs.into_iter().map(|(length_bytes, changed)| Change { length_bytes, changed }).collect())
+    }
+
     /// Objects that do not exist are holes (they read as zeros); the answer may cover only a
     /// prefix of a long range (the client library asks about a bounded number of objects).
     async fn block_status(&self, offset_bytes: u64, length_bytes: u64) -> Result<Vec<Extent>, ExportError> {
@@ -123,6 +146,7 @@ fn export_error(error: ClientError) -> ExportError {
         // shrank or went away under the connection.
         ClientError::OutOfRange { .. }
         | ClientError::InvalidArgument { .. }
+        | ClientError::NotEarlier { .. }
         | ClientError::NoSuchVolume { .. }
         | ClientError::NoSuchSnapshot { .. }
         | ClientError::InvalidVolume { .. } => ExportError::Invalid(message),

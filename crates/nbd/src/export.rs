@@ -71,6 +71,27 @@ pub trait Export: Clone + Send + Sync + 'static {
     /// writes are durable when acknowledged, at once).
     fn flush(&self) -> impl Future<Output = Result<(), ExportError>> + Send;
 
+    /// The earlier snapshots whose changes this export reports, each offered as the metadata
+    /// context `qemu:dirty-bitmap:NAME`. None by default.
+    fn bitmaps(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Describes the range from `offset_bytes` as consecutive runs that may differ from the
+    /// earlier snapshot `bitmap` (one of [`Export::bitmaps`]), under the contract of
+    /// [`Export::block_status`]. A run reported unchanged must be unchanged; an export that
+    /// cannot tell reports the range changed, which is always correct.
+    fn changes(
+        &self,
+        bitmap: &str,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> impl Future<Output = Result<Vec<Change>, ExportError>> + Send {
+        let _ = bitmap;
+        let _ = offset_bytes;
+        std::future::ready(Ok(vec![Change { length_bytes, changed: true }]))
+    }
+
     /// Describes the range from `offset_bytes` as consecutive extents. They may stop short of
     /// `length_bytes` (the client asks again from where they end) or run past it (the server
     /// cuts them), but must start at `offset_bytes`. An export that cannot tell returns one data
@@ -89,6 +110,36 @@ pub struct Extent {
     /// Nothing is stored for these bytes and they read as zeroes (never written, or trimmed).
     /// `false` means data is stored, or the export cannot tell.
     pub hole: bool,
+}
+
+impl Extent {
+    /// The `base:allocation` flags of the extent.
+    pub fn state(&self) -> u32 {
+        if self.hole {
+            proto::STATE_HOLE | proto::STATE_ZERO
+        } else {
+            0
+        }
+    }
+}
+
+/// A run of bytes that differs, or not, from an earlier snapshot (`qemu:dirty-bitmap:NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    pub length_bytes: u64,
+    /// The bytes may differ; `false` only where they are the same.
+    pub changed: bool,
+}
+
+impl Change {
+    /// The `qemu:dirty-bitmap` flags of the run.
+    pub fn state(&self) -> u32 {
+        if self.changed {
+            proto::STATE_DIRTY
+        } else {
+            0
+        }
+    }
 }
 
 /// Why an export call failed. [`ExportError::errno`] decides what the NBD client sees; the

@@ -19,7 +19,8 @@ use bytes::BytesMut;
 
 use crate::export::Extent;
 use crate::handshake::{
-    parse_client_flags, parse_option, parse_option_header, ExportInfo, Found, Need, Negotiation, Next, Transmission,
+    parse_client_flags, parse_option, parse_option_header, ExportInfo, Found, MetaContexts, Need, Negotiation, Next,
+    Transmission,
 };
 use crate::limits::{BLOCK_SIZE_MIN_BYTES, BLOCK_STATUS_EXTENTS_MAX, EXPORT_BLOCK_SIZE_BYTES, PAYLOAD_SIZE_MAX_BYTES};
 use crate::proto::*;
@@ -41,6 +42,7 @@ fn lookup(need: &Need) -> Found {
             description: "a test volume".to_string(),
             size_bytes: (1 << 20) + 100,
             read_only: false,
+            bitmaps: vec!["snap".to_string()],
         }))),
         Need::Export(name) if name == "broken" => Found::Export(Err("injected failure".to_string())),
         Need::Export(_) => Found::Export(Ok(None)),
@@ -99,7 +101,7 @@ fn check_transmission(transmission: &Transmission, structured: bool) {
     assert_ne!(transmission.flags & FLAG_HAS_FLAGS, 0);
     assert_eq!(transmission.structured, structured);
     assert_eq!(transmission.flags & FLAG_SEND_DF != 0, structured);
-    assert!(!transmission.base_allocation || structured);
+    assert!(!transmission.contexts.any() || structured);
 }
 
 /// Walks the replies to one option and checks their framing.
@@ -171,7 +173,10 @@ pub fn request_stream(input: &[u8]) {
         size_bytes: SIZES_BYTES[usize::from((options >> 2) & 3)],
         flags: FLAG_HAS_FLAGS,
         structured,
-        base_allocation: structured && options & 2 != 0,
+        contexts: MetaContexts {
+            base_allocation: structured && options & 2 != 0,
+            dirty_bitmap: (structured && options & 16 != 0).then(|| "snap".to_string()),
+        },
     };
 
     let whole = split_requests(stream, &transmission, &mut |_| usize::MAX);
@@ -259,7 +264,7 @@ fn check_request(parsed: &Parsed, transmission: &Transmission) {
                     check_range(offset_bytes, length_bytes, transmission)
                 }
                 Command::BlockStatus { offset_bytes, length_bytes, one_extent } => {
-                    assert!(transmission.base_allocation);
+                    assert!(transmission.contexts.any());
                     assert_ne!(length_bytes, 0);
                     check_range(offset_bytes, length_bytes, transmission);
                     check_block_status(header.handle, offset_bytes, length_bytes, one_extent);
@@ -285,13 +290,14 @@ fn check_block_status(handle: u64, offset_bytes: u64, length_bytes: u32, one_ext
     let end = (offset_bytes + u64::from(length_bytes)).div_ceil(EXPORT_BLOCK_SIZE_BYTES) * EXPORT_BLOCK_SIZE_BYTES;
     let pages =
         usize::try_from(((end - start) / EXPORT_BLOCK_SIZE_BYTES).min(4 * BLOCK_STATUS_EXTENTS_MAX as u64)).unwrap();
-    let extents: Vec<Extent> = (0..pages)
-        .map(|index| Extent {
-            length_bytes: EXPORT_BLOCK_SIZE_BYTES,
-            hole: (index as u64 + offset_bytes / 4096) % 3 == 0,
+    let extents: Vec<(u64, u32)> = (0..pages)
+        .map(|index| {
+            let extent =
+                Extent { length_bytes: EXPORT_BLOCK_SIZE_BYTES, hole: (index as u64 + offset_bytes / 4096) % 3 == 0 };
+            (extent.length_bytes, extent.state())
         })
         .collect();
-    let descriptors = block_status_descriptors(&extents, start, offset_bytes, length_bytes, one_extent);
+    let descriptors = block_status_descriptors(&extents, 0, start, offset_bytes, length_bytes, one_extent);
     assert!(!descriptors.is_empty());
     assert!(descriptors.len() <= if one_extent { 1 } else { BLOCK_STATUS_EXTENTS_MAX });
     let covered: u64 = descriptors.iter().map(|&(length, _)| u64::from(length)).sum();
@@ -299,7 +305,7 @@ fn check_block_status(handle: u64, offset_bytes: u64, length_bytes: u32, one_ext
     assert!(descriptors.iter().all(|&(length, state)| length > 0 && state & !(STATE_HOLE | STATE_ZERO) == 0));
     assert!(descriptors.windows(2).all(|pair| pair[0].1 != pair[1].1), "equal neighbours were not merged");
     let mut out = BytesMut::new();
-    put_block_status(&mut out, handle, &descriptors);
+    put_block_status(&mut out, handle, BASE_ALLOCATION_ID, &descriptors, true);
     check_chunk_lengths(&out);
 }
 

@@ -238,6 +238,25 @@ pub struct ExportInfo {
     pub size_bytes: u64,
     /// Advertised with `NBD_FLAG_READ_ONLY`; the server refuses writes with `EPERM`.
     pub read_only: bool,
+    /// The earlier snapshots offered as `qemu:dirty-bitmap:NAME` contexts.
+    pub bitmaps: Vec<String>,
+}
+
+/// The metadata contexts a client selected for its export (`NBD_OPT_SET_META_CONTEXT`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetaContexts {
+    /// `base:allocation`, id [`BASE_ALLOCATION_ID`].
+    pub base_allocation: bool,
+    /// `qemu:dirty-bitmap:NAME`, id [`DIRTY_BITMAP_ID`]: the earlier snapshot whose changes
+    /// are reported. At most one, as QEMU's own server offers.
+    pub dirty_bitmap: Option<String>,
+}
+
+impl MetaContexts {
+    /// Whether `NBD_CMD_BLOCK_STATUS` has anything to report.
+    pub fn any(&self) -> bool {
+        self.base_allocation || self.dirty_bitmap.is_some()
+    }
 }
 
 /// What was agreed for the transmission phase.
@@ -251,8 +270,8 @@ pub struct Transmission {
     pub flags: u16,
     /// Structured replies were negotiated.
     pub structured: bool,
-    /// `base:allocation` was selected for this export, so `NBD_CMD_BLOCK_STATUS` is allowed.
-    pub base_allocation: bool,
+    /// The metadata contexts selected for this export: `NBD_CMD_BLOCK_STATUS` is allowed if any.
+    pub contexts: MetaContexts,
 }
 
 /// What to do after answering an option.
@@ -271,9 +290,8 @@ pub enum Next {
 pub struct Negotiation {
     no_zeroes: bool,
     structured: bool,
-    /// The export name and whether `base:allocation` was selected by the last
-    /// `NBD_OPT_SET_META_CONTEXT`.
-    meta_context: Option<(String, bool)>,
+    /// The export name and the contexts the last `NBD_OPT_SET_META_CONTEXT` selected.
+    meta_context: Option<(String, MetaContexts)>,
     /// Set when the server shuts down: every further option but `NBD_OPT_ABORT` is refused.
     pub shutting_down: bool,
 }
@@ -351,14 +369,15 @@ impl Negotiation {
             }
             ClientOption::Info { go, name, requests } => Ok(self.info(go, name, &requests, found, out)),
             ClientOption::ListMetaContext { name, queries } => {
-                if let Err((reply_type, message)) = found_export(OPT_LIST_META_CONTEXT, &name, found) {
-                    put_error(out, OPT_LIST_META_CONTEXT, reply_type, &message);
-                    return Ok(Next::Continue);
-                }
-                let listed =
-                    queries.is_empty() || queries.iter().any(|query| query == "base:" || query == BASE_ALLOCATION);
-                if listed {
-                    put_meta_context(out, OPT_LIST_META_CONTEXT, 0);
+                let info = match found_export(OPT_LIST_META_CONTEXT, &name, found) {
+                    Ok(info) => info,
+                    Err((reply_type, message)) => {
+                        put_error(out, OPT_LIST_META_CONTEXT, reply_type, &message);
+                        return Ok(Next::Continue);
+                    }
+                };
+                for context in offered_contexts(&info).filter(|context| listed(context, &queries)) {
+                    put_meta_context(out, OPT_LIST_META_CONTEXT, 0, &context);
                 }
                 put_reply(out, OPT_LIST_META_CONTEXT, REP_ACK, &[]);
                 Ok(Next::Continue)
@@ -375,13 +394,32 @@ impl Negotiation {
                     );
                     return Ok(Next::Continue);
                 }
-                if let Err((reply_type, message)) = found_export(OPT_SET_META_CONTEXT, &name, found) {
-                    put_error(out, OPT_SET_META_CONTEXT, reply_type, &message);
-                    return Ok(Next::Continue);
+                let info = match found_export(OPT_SET_META_CONTEXT, &name, found) {
+                    Ok(info) => info,
+                    Err((reply_type, message)) => {
+                        put_error(out, OPT_SET_META_CONTEXT, reply_type, &message);
+                        return Ok(Next::Continue);
+                    }
+                };
+                let mut selected = MetaContexts::default();
+                if queries.iter().any(|query| query == BASE_ALLOCATION) {
+                    selected.base_allocation = true;
+                    put_meta_context(out, OPT_SET_META_CONTEXT, BASE_ALLOCATION_ID, BASE_ALLOCATION);
                 }
-                let selected = queries.iter().any(|query| query == BASE_ALLOCATION);
-                if selected {
-                    put_meta_context(out, OPT_SET_META_CONTEXT, BASE_ALLOCATION_ID);
+                // Contexts not offered are left out, as the protocol asks; so is any dirty bitmap
+                // after the first.
+                let bitmap = queries.iter().find_map(|query| {
+                    let bitmap = query.strip_prefix(DIRTY_BITMAP_PREFIX)?;
+                    offered_bitmaps(&info).any(|offered| offered == bitmap).then_some(bitmap)
+                });
+                if let Some(bitmap) = bitmap {
+                    put_meta_context(
+                        out,
+                        OPT_SET_META_CONTEXT,
+                        DIRTY_BITMAP_ID,
+                        &format!("{DIRTY_BITMAP_PREFIX}{bitmap}"),
+                    );
+                    selected.dirty_bitmap = Some(bitmap.to_string());
                 }
                 self.meta_context = Some((name, selected));
                 put_reply(out, OPT_SET_META_CONTEXT, REP_ACK, &[]);
@@ -490,16 +528,48 @@ impl Negotiation {
         if info.read_only {
             flags |= FLAG_READ_ONLY;
         }
-        let base_allocation =
-            self.structured && matches!(&self.meta_context, Some((name, true)) if *name == export_name);
+        let contexts = match &self.meta_context {
+            Some((name, contexts)) if self.structured && *name == export_name => contexts.clone(),
+            _ => MetaContexts::default(),
+        };
         Transmission {
             export_name,
             size_bytes: info.size_bytes - info.size_bytes % EXPORT_BLOCK_SIZE_BYTES,
             flags,
             structured: self.structured,
-            base_allocation,
+            contexts,
         }
     }
+}
+
+/// The dirty bitmaps the export offers: those whose context name fits the protocol's strings.
+fn offered_bitmaps(info: &ExportInfo) -> impl Iterator<Item = &str> {
+    info.bitmaps
+        .iter()
+        .map(String::as_str)
+        .filter(|bitmap| DIRTY_BITMAP_PREFIX.len() + bitmap.len() <= STRING_SIZE_MAX_BYTES)
+}
+
+/// Every metadata context the export offers.
+fn offered_contexts(info: &ExportInfo) -> impl Iterator<Item = String> + '_ {
+    std::iter::once(BASE_ALLOCATION.to_string())
+        .chain(offered_bitmaps(info).map(|bitmap| format!("{DIRTY_BITMAP_PREFIX}{bitmap}")))
+}
+
+/// Whether `NBD_OPT_LIST_META_CONTEXT` with `queries` lists `context`: every context for no
+/// query; a query ending in `:` (a namespace, or QEMU's `qemu:dirty-bitmap:`) lists the
+/// contexts it starts; any other query lists the context of that exact name.
+fn listed(context: &str, queries: &[String]) -> bool {
+    queries.is_empty()
+        || queries.iter().any(
+            |query| {
+                if query.ends_with(':') {
+                    context.starts_with(query.as_str())
+                } else {
+                    context == query
+                }
+            },
+        )
 }
 
 /// The export an option named, or the error reply if it was not found.
@@ -545,10 +615,11 @@ fn put_error(out: &mut Vec<u8>, option: u32, reply_type: u32, message: &str) {
     put_reply(out, option, reply_type, truncate(message).as_bytes());
 }
 
-fn put_meta_context(out: &mut Vec<u8>, option: u32, id: u32) {
-    let mut data = Vec::with_capacity(4 + BASE_ALLOCATION.len());
+fn put_meta_context(out: &mut Vec<u8>, option: u32, id: u32, context: &str) {
+    let mut data = Vec::with_capacity(4 + context.len());
     data.extend_from_slice(&id.to_be_bytes());
-    data.extend_from_slice(BASE_ALLOCATION.as_bytes());
+    assert!(context.len() <= STRING_SIZE_MAX_BYTES, "offered contexts fit the protocol's strings");
+    data.extend_from_slice(context.as_bytes());
     put_reply(out, option, REP_META_CONTEXT, &data);
 }
 
@@ -660,7 +731,70 @@ mod tests {
             description: String::new(),
             size_bytes,
             read_only: false,
+            bitmaps: vec!["monday".to_string(), "tuesday".to_string()],
         })))
+    }
+
+    /// The context names and ids of the `REP_META_CONTEXT` replies in `out`, and whether the
+    /// last reply is an ACK.
+    fn meta_replies(mut out: &[u8]) -> (Vec<(u32, String)>, bool) {
+        let mut contexts = Vec::new();
+        let mut acked = false;
+        while !out.is_empty() {
+            let reply_type = u32::from_be_bytes(out[12..16].try_into().unwrap());
+            let length = u32::from_be_bytes(out[16..20].try_into().unwrap()) as usize;
+            let data = &out[20..20 + length];
+            acked = reply_type == REP_ACK;
+            if reply_type == REP_META_CONTEXT {
+                let id = u32::from_be_bytes(data[..4].try_into().unwrap());
+                contexts.push((id, String::from_utf8(data[4..].to_vec()).unwrap()));
+            }
+            out = &out[20 + length..];
+        }
+        (contexts, acked)
+    }
+
+    #[test]
+    fn dirty_bitmaps_are_listed_and_one_is_selected() {
+        let mut negotiation = Negotiation::new(ClientFlags { fixed_newstyle: true, no_zeroes: true });
+        let mut out = Vec::new();
+        let list = |queries: &[&str]| ClientOption::ListMetaContext {
+            name: "vol".to_string(),
+            queries: queries.iter().map(|query| query.to_string()).collect(),
+        };
+        let mut listed = |negotiation: &mut Negotiation, queries: &[&str]| {
+            out.clear();
+            negotiation.respond(list(queries), found(1 << 20), &mut out).unwrap();
+            let (contexts, acked) = meta_replies(&out);
+            assert!(acked);
+            contexts.into_iter().map(|(_, name)| name).collect::<Vec<_>>()
+        };
+        let all = ["base:allocation", "qemu:dirty-bitmap:monday", "qemu:dirty-bitmap:tuesday"];
+        assert_eq!(listed(&mut negotiation, &[]), all);
+        assert_eq!(listed(&mut negotiation, &["qemu:"]), all[1..]);
+        assert_eq!(listed(&mut negotiation, &["qemu:dirty-bitmap:"]), all[1..]);
+        assert_eq!(listed(&mut negotiation, &["base:"]), all[..1]);
+        assert_eq!(listed(&mut negotiation, &["qemu:dirty-bitmap:tuesday"]), all[2..]);
+        assert!(listed(&mut negotiation, &["qemu:dirty-bitmap:sunday", "qemu:dirty-bitmap"]).is_empty());
+
+        let mut out = Vec::new();
+        negotiation.respond(ClientOption::StructuredReply, Found::Nothing, &mut out).unwrap();
+        out.clear();
+        let queries = ["qemu:dirty-bitmap:sunday", "qemu:dirty-bitmap:tuesday", "qemu:dirty-bitmap:monday"];
+        let set = ClientOption::SetMetaContext {
+            name: "vol".to_string(),
+            queries: queries.iter().map(|query| query.to_string()).collect(),
+        };
+        negotiation.respond(set, found(1 << 20), &mut out).unwrap();
+        let (contexts, acked) = meta_replies(&out);
+        assert!(acked);
+        assert_eq!(contexts, vec![(DIRTY_BITMAP_ID, "qemu:dirty-bitmap:tuesday".to_string())]);
+        let go = ClientOption::Info { go: true, name: "vol".to_string(), requests: vec![] };
+        let Next::Transmit(transmission) = negotiation.respond(go, found(1 << 20), &mut out).unwrap() else {
+            panic!("GO did not enter transmission");
+        };
+        let expected = MetaContexts { base_allocation: false, dirty_bitmap: Some("tuesday".to_string()) };
+        assert_eq!(transmission.contexts, expected);
     }
 
     #[test]
@@ -676,7 +810,7 @@ mod tests {
         let Next::Transmit(transmission) = next else { panic!("GO did not enter transmission: {next:?}") };
         assert_eq!(transmission.size_bytes, 1 << 20);
         assert!(transmission.structured);
-        assert!(transmission.base_allocation);
+        assert_eq!(transmission.contexts, MetaContexts { base_allocation: true, dirty_bitmap: None });
         assert_ne!(transmission.flags & FLAG_SEND_DF, 0);
         assert_ne!(transmission.flags & FLAG_CAN_MULTI_CONN, 0);
     }
@@ -694,7 +828,7 @@ mod tests {
         let Next::Transmit(transmission) = negotiation.respond(name, found(4096), &mut out).unwrap() else {
             panic!("EXPORT_NAME did not enter transmission");
         };
-        assert!(!transmission.base_allocation);
+        assert!(!transmission.contexts.any());
         assert_eq!(out.len(), 8 + 2 + EXPORT_NAME_PADDING_BYTES);
     }
 

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::export::{Export, ExportError};
+use crate::handshake::MetaContexts;
 use crate::limits::{EXPORT_BLOCK_SIZE_BYTES, ZERO_CHUNK_BYTES};
+use crate::proto::{BASE_ALLOCATION_ID, DIRTY_BITMAP_ID, STATE_DIRTY};
 use crate::ranges::{Mode, RangeLocks};
 use crate::request::{block_status_descriptors, Command};
 
@@ -30,8 +32,12 @@ static ZEROES: [u8; ZERO_CHUNK_BYTES] = [0; ZERO_CHUNK_BYTES];
 #[derive(Debug)]
 pub(crate) enum Outcome {
     Done,
-    Data { offset_bytes: u64, data: Bytes },
-    Extents(Vec<(u32, u32)>),
+    Data {
+        offset_bytes: u64,
+        data: Bytes,
+    },
+    /// Block status: the descriptors of each selected context, by context id.
+    Extents(Vec<(u32, Vec<(u32, u32)>)>),
     Failed(ExportError),
 }
 
@@ -57,10 +63,11 @@ fn is_aligned(offset_bytes: u64) -> bool {
 }
 
 /// Runs `command` (checked by `request::classify`, so in range and 512-byte aligned).
-/// `payload` is the data of a write.
+/// `payload` is the data of a write; `contexts` what block status reports.
 pub(crate) async fn execute<E: Export>(
     export: &E,
     locks: &Arc<RangeLocks>,
+    contexts: &MetaContexts,
     command: Command,
     payload: Bytes,
 ) -> Outcome {
@@ -87,16 +94,40 @@ pub(crate) async fn execute<E: Export>(
         Command::Flush => export.flush().await.into(),
         Command::Cache | Command::Disconnect => Outcome::Done,
         Command::BlockStatus { offset_bytes, length_bytes, one_extent } => {
-            let start = align_down(offset_bytes);
-            let end = align_up(offset_bytes + u64::from(length_bytes));
-            match export.block_status(start, end - start).await {
-                Ok(extents) => {
-                    Outcome::Extents(block_status_descriptors(&extents, start, offset_bytes, length_bytes, one_extent))
-                }
+            match block_status(export, contexts, offset_bytes, length_bytes, one_extent).await {
+                Ok(replies) => Outcome::Extents(replies),
                 Err(error) => Outcome::Failed(error),
             }
         }
     }
+}
+
+/// The descriptors of every selected context for one block status request, by context id.
+async fn block_status<E: Export>(
+    export: &E,
+    contexts: &MetaContexts,
+    offset_bytes: u64,
+    length_bytes: u32,
+    one_extent: bool,
+) -> Result<Vec<(u32, Vec<(u32, u32)>)>, ExportError> {
+    let start = align_down(offset_bytes);
+    let end = align_up(offset_bytes + u64::from(length_bytes));
+    let descriptors = |runs: &[(u64, u32)], fallback_state| {
+        block_status_descriptors(runs, fallback_state, start, offset_bytes, length_bytes, one_extent)
+    };
+    let mut replies = Vec::with_capacity(2);
+    if contexts.base_allocation {
+        let extents = export.block_status(start, end - start).await?;
+        let runs: Vec<(u64, u32)> = extents.iter().map(|extent| (extent.length_bytes, extent.state())).collect();
+        replies.push((BASE_ALLOCATION_ID, descriptors(&runs, 0)));
+    }
+    if let Some(bitmap) = &contexts.dirty_bitmap {
+        let changes = export.changes(bitmap, start, end - start).await?;
+        let runs: Vec<(u64, u32)> = changes.iter().map(|change| (change.length_bytes, change.state())).collect();
+        replies.push((DIRTY_BITMAP_ID, descriptors(&runs, STATE_DIRTY)));
+    }
+    assert!(!replies.is_empty(), "block status is refused unless a context is selected");
+    Ok(replies)
 }
 
 async fn read<E: Export>(export: &E, offset_bytes: u64, length_bytes: u32) -> Result<Bytes, ExportError> {

@@ -100,11 +100,18 @@ pub const REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) | 2;
 // `base:allocation` extent flags.
 pub const STATE_HOLE: u32 = 1 << 0;
 pub const STATE_ZERO: u32 = 1 << 1;
+// `qemu:dirty-bitmap:NAME` extent flag (QEMU's `docs/interop/nbd.txt`).
+pub const STATE_DIRTY: u32 = 1 << 0;
 
-/// The one metadata context this server offers.
+/// The allocation metadata context.
 pub const BASE_ALLOCATION: &str = "base:allocation";
 /// The id this server gives `base:allocation` when a client selects it.
 pub const BASE_ALLOCATION_ID: u32 = 1;
+/// The prefix of a dirty bitmap's metadata context: `qemu:dirty-bitmap:NAME` reports what
+/// changed since the earlier snapshot `NAME`.
+pub const DIRTY_BITMAP_PREFIX: &str = "qemu:dirty-bitmap:";
+/// The id this server gives the one dirty bitmap a client may select.
+pub const DIRTY_BITMAP_ID: u32 = 2;
 
 // Error values of replies.
 pub const EPERM: u32 = 1;

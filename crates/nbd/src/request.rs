@@ -10,7 +10,6 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::export::Extent;
 use crate::handshake::{truncate, Transmission};
 use crate::limits::{BLOCK_SIZE_MIN_BYTES, BLOCK_STATUS_EXTENTS_MAX, PAYLOAD_SIZE_MAX_BYTES};
 use crate::proto::*;
@@ -142,11 +141,8 @@ pub fn classify(header: &RequestHeader, transmission: &Transmission) -> Result<C
             })
         }
         CMD_BLOCK_STATUS => {
-            if !transmission.base_allocation {
-                return Err(reject(
-                    EINVAL,
-                    "NBD_CMD_BLOCK_STATUS needs the base:allocation context selected".to_string(),
-                ));
+            if !transmission.contexts.any() {
+                return Err(reject(EINVAL, "NBD_CMD_BLOCK_STATUS needs a metadata context selected".to_string()));
             }
             if header.length_bytes == 0 {
                 return Err(reject(EINVAL, "NBD_CMD_BLOCK_STATUS of length zero".to_string()));
@@ -243,14 +239,15 @@ pub fn wanted_bytes(input: &[u8]) -> usize {
     }
 }
 
-/// Turns the extents an export reported for the range starting at `extents_offset_bytes` into
-/// the descriptors of a `base:allocation` reply for the request `[offset, offset + length)`:
-/// cut to the request, merged where the state repeats, at most [`BLOCK_STATUS_EXTENTS_MAX`]
-/// (exactly one with `one_extent`). Extents that do not start at `extents_offset_bytes` or are
-/// empty end the walk. Always returns at least one descriptor: with nothing usable, the whole
-/// request is reported as data, which is always correct.
+/// Turns the runs of `(length_bytes, state)` an export reported for the range starting at
+/// `extents_offset_bytes` into the descriptors of one context's block status reply for the
+/// request `[offset, offset + length)`: cut to the request, merged where the state repeats, at
+/// most [`BLOCK_STATUS_EXTENTS_MAX`] (exactly one with `one_extent`). An empty run ends the
+/// walk. Always returns at least one descriptor: with nothing usable, the whole request in
+/// `fallback_state`, which must be the state that is always correct (data, changed).
 pub fn block_status_descriptors(
-    extents: &[Extent],
+    extents: &[(u64, u32)],
+    fallback_state: u32,
     extents_offset_bytes: u64,
     offset_bytes: u64,
     length_bytes: u32,
@@ -260,11 +257,11 @@ pub fn block_status_descriptors(
     let limit = if one_extent { 1 } else { BLOCK_STATUS_EXTENTS_MAX };
     let mut descriptors: Vec<(u32, u32)> = Vec::new();
     let mut position = extents_offset_bytes;
-    for extent in extents {
-        if extent.length_bytes == 0 || position >= request_end {
+    for &(extent_length_bytes, state) in extents {
+        if extent_length_bytes == 0 || position >= request_end {
             break;
         }
-        let extent_end = position.saturating_add(extent.length_bytes);
+        let extent_end = position.saturating_add(extent_length_bytes);
         let start = position.max(offset_bytes);
         let end = extent_end.min(request_end);
         position = extent_end;
@@ -272,7 +269,6 @@ pub fn block_status_descriptors(
             continue;
         }
         let length = u32::try_from(end - start).expect("a cut extent is no longer than the request");
-        let state = if extent.hole { STATE_HOLE | STATE_ZERO } else { 0 };
         if let Some(last) = descriptors.last_mut().filter(|last| last.1 == state) {
             last.0 += length;
         } else if descriptors.len() == limit {
@@ -282,7 +278,7 @@ pub fn block_status_descriptors(
         }
     }
     if descriptors.is_empty() {
-        descriptors.push((length_bytes, 0));
+        descriptors.push((length_bytes, fallback_state));
     }
     descriptors
 }
@@ -327,13 +323,15 @@ pub fn put_error_chunk(out: &mut BytesMut, handle: u64, errno: u32, message: &st
     out.put_slice(message.as_bytes());
 }
 
-/// Appends a final `NBD_REPLY_TYPE_BLOCK_STATUS` chunk for `base:allocation`.
-pub fn put_block_status(out: &mut BytesMut, handle: u64, descriptors: &[(u32, u32)]) {
+/// Appends an `NBD_REPLY_TYPE_BLOCK_STATUS` chunk for the context `context_id`, the final
+/// chunk of the reply if `last`.
+pub fn put_block_status(out: &mut BytesMut, handle: u64, context_id: u32, descriptors: &[(u32, u32)], last: bool) {
     assert!(!descriptors.is_empty());
     assert!(descriptors.len() <= BLOCK_STATUS_EXTENTS_MAX);
     let length = u32::try_from(4 + 8 * descriptors.len()).expect("bounded by BLOCK_STATUS_EXTENTS_MAX");
-    put_chunk_header(out, handle, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, length);
-    out.put_u32(BASE_ALLOCATION_ID);
+    let flags = if last { REPLY_FLAG_DONE } else { 0 };
+    put_chunk_header(out, handle, flags, REPLY_TYPE_BLOCK_STATUS, length);
+    out.put_u32(context_id);
     for &(length_bytes, state) in descriptors {
         assert_ne!(length_bytes, 0);
         out.put_u32(length_bytes);
@@ -344,6 +342,7 @@ pub fn put_block_status(out: &mut BytesMut, handle: u64, descriptors: &[(u32, u3
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handshake::MetaContexts;
 
     fn transmission() -> Transmission {
         Transmission {
@@ -351,7 +350,7 @@ mod tests {
             size_bytes: 1 << 20,
             flags: 0,
             structured: true,
-            base_allocation: true,
+            contexts: MetaContexts { base_allocation: true, dirty_bitmap: None },
         }
     }
 
@@ -403,7 +402,7 @@ mod tests {
 
     #[test]
     fn negotiation_limits_commands() {
-        let plain = Transmission { structured: false, base_allocation: false, ..transmission() };
+        let plain = Transmission { structured: false, contexts: MetaContexts::default(), ..transmission() };
         let refused = |request: RequestHeader| classify(&request, &plain).unwrap_err().errno;
         assert_eq!(refused(header(CMD_READ, CMD_FLAG_DF, 0, 4096)), EINVAL);
         assert_eq!(refused(header(CMD_BLOCK_STATUS, 0, 0, 4096)), EINVAL);
@@ -426,8 +425,9 @@ mod tests {
         assert!(matches!(decode_request_header(&bytes), Err(StreamError::Magic { .. })));
     }
 
-    fn extent(length_bytes: u64, hole: bool) -> Extent {
-        Extent { length_bytes, hole }
+    fn extent(length_bytes: u64, hole: bool) -> (u64, u32) {
+        let extent = crate::export::Extent { length_bytes, hole };
+        (extent.length_bytes, extent.state())
     }
 
     const HOLE: u32 = STATE_HOLE | STATE_ZERO;
@@ -436,24 +436,26 @@ mod tests {
     fn descriptors_are_cut_and_merged() {
         let extents = [extent(4096, false), extent(4096, false), extent(8192, true), extent(4096, false)];
         // The request starts and ends inside extents, 512-aligned.
-        assert_eq!(block_status_descriptors(&extents, 0, 512, 12 * 1024, false), vec![(7680, 0), (4608, HOLE)]);
-        assert_eq!(block_status_descriptors(&extents, 0, 512, 12 * 1024, true), vec![(7680, 0)]);
+        assert_eq!(block_status_descriptors(&extents, 0, 0, 512, 12 * 1024, false), vec![(7680, 0), (4608, HOLE)]);
+        assert_eq!(block_status_descriptors(&extents, 0, 0, 512, 12 * 1024, true), vec![(7680, 0)]);
         assert_eq!(
-            block_status_descriptors(&extents, 0, 0, 20 * 1024, false),
+            block_status_descriptors(&extents, 0, 0, 0, 20 * 1024, false),
             vec![(8192, 0), (8192, HOLE), (4096, 0)]
         );
         // Extents that stop short are reported as far as they go.
-        assert_eq!(block_status_descriptors(&extents[..1], 0, 0, 20 * 1024, false), vec![(4096, 0)]);
+        assert_eq!(block_status_descriptors(&extents[..1], 0, 0, 0, 20 * 1024, false), vec![(4096, 0)]);
         // Nothing usable: the whole request as data.
-        assert_eq!(block_status_descriptors(&[], 0, 0, 4096, false), vec![(4096, 0)]);
-        assert_eq!(block_status_descriptors(&[extent(0, true)], 0, 0, 4096, false), vec![(4096, 0)]);
-        assert_eq!(block_status_descriptors(&extents, 0, 1 << 20, 4096, false), vec![(4096, 0)]);
+        assert_eq!(block_status_descriptors(&[], 0, 0, 0, 4096, false), vec![(4096, 0)]);
+        assert_eq!(block_status_descriptors(&[extent(0, true)], 0, 0, 0, 4096, false), vec![(4096, 0)]);
+        assert_eq!(block_status_descriptors(&extents, 0, 0, 1 << 20, 4096, false), vec![(4096, 0)]);
+        // A dirty bitmap's fallback is changed.
+        assert_eq!(block_status_descriptors(&[], STATE_DIRTY, 0, 0, 4096, false), vec![(4096, STATE_DIRTY)]);
     }
 
     #[test]
     fn descriptors_are_bounded() {
-        let extents: Vec<Extent> = (0..3000).map(|index| extent(4096, index % 2 == 0)).collect();
-        let descriptors = block_status_descriptors(&extents, 0, 0, 3000 * 4096, false);
+        let extents: Vec<(u64, u32)> = (0..3000).map(|index| extent(4096, index % 2 == 0)).collect();
+        let descriptors = block_status_descriptors(&extents, 0, 0, 0, 3000 * 4096, false);
         assert_eq!(descriptors.len(), BLOCK_STATUS_EXTENTS_MAX);
     }
 

@@ -262,6 +262,7 @@ impl<X: Exports> Server<X> {
                             description: export.description(),
                             size_bytes: export.size_bytes(),
                             read_only: export.read_only(),
+                            bitmaps: export.bitmaps(),
                         };
                         opened = Some(export);
                         Found::Export(Ok(Some(info)))
@@ -419,6 +420,7 @@ where
     E: Export,
 {
     let Session { transmission, export, locks, idle_poll, peer } = session;
+    let contexts = &transmission.contexts;
     let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut queue = SendQueue::default();
     let mut headers = BytesMut::new();
@@ -457,7 +459,8 @@ where
                     let cost = request_cost_bytes(&command);
                     in_flight_bytes += cost;
                     let handle = header.handle;
-                    in_flight.push(async move { (handle, cost, execute(export, locks, command, payload).await) });
+                    in_flight
+                        .push(async move { (handle, cost, execute(export, locks, contexts, command, payload).await) });
                 }
             }
         }
@@ -577,7 +580,11 @@ fn put_outcome(
             queue.push(data);
             return;
         }
-        Outcome::Extents(descriptors) => put_block_status(headers, handle, &descriptors),
+        Outcome::Extents(replies) => {
+            for (index, (context_id, descriptors)) in replies.iter().enumerate() {
+                put_block_status(headers, handle, *context_id, descriptors, index + 1 == replies.len());
+            }
+        }
         Outcome::Failed(error) => {
             tracing::warn!(%peer, export = %export_name, handle, %error, "request failed");
             put_error(headers, queue, transmission, handle, error.errno(), &error.to_string());

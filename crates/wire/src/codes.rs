@@ -26,6 +26,9 @@ pub enum Opcode {
     Flush = 5,
     /// Primary: whether one object exists, and its version (block status of a volume range).
     Stat = 6,
+    /// Primary: which pages of one object of a layer differ from an older snapshot of the same
+    /// chain (`qemu:dirty-bitmap` of an NBD export, `basalt snapshot diff`).
+    Changes = 7,
     /// Secondary: read a range of one object.
     SecRead = 16,
     /// Secondary: write a range of one object at a version chosen by the primary.
@@ -63,13 +66,14 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 20] = [
+    pub const ALL: [Opcode; 21] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
         Opcode::Trim,
         Opcode::Flush,
         Opcode::Stat,
+        Opcode::Changes,
         Opcode::SecRead,
         Opcode::SecWrite,
         Opcode::SecDelete,

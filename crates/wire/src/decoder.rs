@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn unknown_opcode() {
-        for opcode in [0u16, 7, 15, 40, u16::MAX] {
+        for opcode in [0u16, 8, 15, 40, u16::MAX] {
             let mut bytes = sample(Opcode::Ping, false);
             set(&mut bytes, field_offset::OPCODE, &opcode.to_le_bytes());
             reseal(&mut bytes);
@@ -325,9 +325,13 @@ mod tests {
 
     #[test]
     fn reply_body_too_short() {
-        for (opcode, size_min_bytes) in
-            [(Opcode::SecRead, 16u64), (Opcode::ObjectInfo, 20), (Opcode::SecList, 4), (Opcode::Stat, 8)]
-        {
+        for (opcode, size_min_bytes) in [
+            (Opcode::SecRead, 16u64),
+            (Opcode::ObjectInfo, 20),
+            (Opcode::SecList, 4),
+            (Opcode::Stat, 8),
+            (Opcode::Changes, 8),
+        ] {
             let mut bytes = sample(opcode, true);
             bytes.truncate(HEADER_SIZE_BYTES + size_min_bytes as usize - 1);
             reseal(&mut bytes);

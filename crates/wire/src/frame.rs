@@ -289,6 +289,13 @@ pub enum Request {
         pg: PgId,
         object: ObjectId,
     },
+    /// The pages of `object` (of a snapshot's layer or a volume's head) whose content differs
+    /// from the same stripe of `since`, a snapshot's layer below it in its chain.
+    Changes {
+        pg: PgId,
+        object: ObjectId,
+        since: u64,
+    },
 }
 
 /// A reply. `Failed` answers any opcode with a status other than `Ok`; every other variant is
@@ -328,6 +335,11 @@ pub enum Response {
     Sealed,
     Stat {
         version: u64,
+    },
+    /// `pages`: bit `i` set when page `i` of the object may differ from the older snapshot's
+    /// (never clear for a page that does).
+    Changes {
+        pages: u64,
     },
     /// Data blocks in use (objects and blocks promised to journaled writes) and the data
     /// capacity, in bytes, and the objects held.
@@ -409,6 +421,7 @@ impl Request {
             Request::Sealed { .. } => Opcode::Sealed,
             Request::VolumeUsage { .. } => Opcode::VolumeUsage,
             Request::Stat { .. } => Opcode::Stat,
+            Request::Changes { .. } => Opcode::Changes,
         }
     }
 
@@ -426,7 +439,8 @@ impl Request {
             | Request::SecWritePages { pg, .. }
             | Request::SecReplace { pg, .. }
             | Request::ObjectInfo { pg, .. }
-            | Request::Stat { pg, .. } => Some(pg),
+            | Request::Stat { pg, .. }
+            | Request::Changes { pg, .. } => Some(pg),
             Request::Flush
             | Request::Ping
             | Request::Space
@@ -462,6 +476,7 @@ impl Response {
             Response::Sealed => Opcode::Sealed,
             Response::VolumeUsage { .. } => Opcode::VolumeUsage,
             Response::Stat { .. } => Opcode::Stat,
+            Response::Changes { .. } => Opcode::Changes,
             Response::NewerVersionHeld { opcode, .. } | Response::Failed { opcode, .. } => *opcode,
         }
     }
@@ -608,6 +623,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
         Opcode::SecWritePages => PG + OBJECT + 8 + 8 + 8,
         Opcode::SecReplace => PG + OBJECT + 8 + 8,
         Opcode::ObjectInfo | Opcode::Stat => PG + OBJECT,
+        Opcode::Changes => PG + OBJECT + 8,
     }
 }
 
@@ -616,7 +632,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
     match response {
         Response::SecRead { .. } => 8 + 8,
         Response::ObjectInfo { .. } => 8 + 4 + 8,
-        Response::Stat { .. } => 8,
+        Response::Stat { .. } | Response::Changes { .. } => 8,
         Response::Space { .. } => 24,
         Response::SecList { .. } => 4,
         Response::PgStates { .. } => 8 + 8 + 4,
@@ -706,6 +722,11 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
             put_pg(out, *pg);
             put_object(out, *object);
         }
+        Request::Changes { pg, object, since } => {
+            put_pg(out, *pg);
+            put_object(out, *object);
+            put_u64(out, *since);
+        }
     }
 }
 
@@ -742,6 +763,7 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
             put_u64(out, *present);
         }
         Response::Stat { version } => put_u64(out, *version),
+        Response::Changes { pages } => put_u64(out, *pages),
         Response::Space { used_bytes, total_bytes, object_count } => {
             put_u64(out, *used_bytes);
             put_u64(out, *total_bytes);
@@ -843,6 +865,7 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         Opcode::Sealed => Request::Sealed { inode: reader.u64()? },
         Opcode::VolumeUsage => Request::VolumeUsage { inode: reader.u64()? },
         Opcode::Stat => Request::Stat { pg: reader.pg()?, object: reader.object()? },
+        Opcode::Changes => Request::Changes { pg: reader.pg()?, object: reader.object()?, since: reader.u64()? },
     })
 }
 
@@ -886,6 +909,10 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
         Opcode::Stat => {
             reader.require(8)?;
             Response::Stat { version: reader.u64()? }
+        }
+        Opcode::Changes => {
+            reader.require(8)?;
+            Response::Changes { pages: reader.u64()? }
         }
         Opcode::PgStates => {
             reader.require(20)?;

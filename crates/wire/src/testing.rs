@@ -40,6 +40,7 @@ pub(crate) fn sample_requests() -> Vec<Request> {
         Request::Sealed { inode: 0x0000_0300_0000_0007 },
         Request::VolumeUsage { inode: 0x0000_0300_0000_0009 },
         Request::Stat { pg, object },
+        Request::Changes { pg, object, since: 0x0000_0300_0000_0004 },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| requests.iter().any(|request| request.opcode() == *opcode)));
     requests
@@ -64,6 +65,7 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::ObjectInfo { version: 78, data_crc32c: 0xdead_beef, present: 0xd1d2_d3d4_d5d6_d7d8 },
         Response::Ping,
         Response::Stat { version: 79 },
+        Response::Changes { pages: 0xe1e2_e3e4_e5e6_e7e8 },
         Response::Space { used_bytes: 1 << 30, total_bytes: 1 << 40, object_count: 8192 },
         Response::VolumeRedundancy { objects: 512, degraded_objects: 17 },
         Response::Barrier,

@@ -66,6 +66,7 @@ fn request() -> impl Strategy<Value = Request> {
         (pg(), object(), any::<u32>()).prop_map(|(pg, start, count_max)| Request::SecList { pg, start, count_max }),
         (pg(), object()).prop_map(|(pg, object)| Request::ObjectInfo { pg, object }),
         (pg(), object()).prop_map(|(pg, object)| Request::Stat { pg, object }),
+        (pg(), object(), any::<u64>()).prop_map(|(pg, object, since)| Request::Changes { pg, object, since }),
         Just(Request::Ping),
         Just(Request::Space),
         Just(Request::PgStates),
@@ -108,6 +109,7 @@ fn response() -> impl Strategy<Value = Response> {
         (any::<u64>(), any::<u32>(), any::<u64>())
             .prop_map(|(version, data_crc32c, present)| { Response::ObjectInfo { version, data_crc32c, present } }),
         any::<u64>().prop_map(|version| Response::Stat { version }),
+        any::<u64>().prop_map(|pages| Response::Changes { pages }),
         Just(Response::Ping),
         Just(Response::Barrier),
         Just(Response::Sealed),

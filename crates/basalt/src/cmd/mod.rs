@@ -21,6 +21,7 @@ pub mod pg;
 pub mod pool;
 pub mod scrub;
 pub mod snapshot;
+mod snapshot_diff;
 pub mod status;
 pub mod trash;
 pub mod volume;

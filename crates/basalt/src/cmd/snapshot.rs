@@ -1,5 +1,6 @@
 //! `basalt snapshot create|ls|info|rm`: snapshots through the mon's API, one at a time or a
-//! group of several volumes' at one cut.
+//! group of several volumes' at one cut; `basalt snapshot diff` (`snapshot_diff.rs`) asks the
+//! OSDs what changed between two.
 
 use mon::snapshot_views::{GroupView, SnapshotList, SnapshotView};
 use serde_json::json;
@@ -45,11 +46,23 @@ pub enum Command {
         #[arg(long)]
         group: bool,
     },
+    /// List the extents of NEWER that may differ from OLD (what an incremental backup copies;
+    /// the NBD export of NEWER reports the same as its qemu:dirty-bitmap:SNAPSHOT context).
+    Diff {
+        /// VOLUME@SNAPSHOT: the earlier snapshot.
+        from: String,
+        /// VOLUME@SNAPSHOT, a later snapshot of the same volume, or VOLUME itself.
+        to: String,
+    },
 }
 
 pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
+    if let Command::Diff { from, to } = &args.command {
+        return super::snapshot_diff::run(&args.api, from, to);
+    }
     let client = args.api.client();
     let answer = match &args.command {
+        Command::Diff { .. } => unreachable!("answered above"),
         Command::Create { names, group: None } => match names.as_slice() {
             [name] => client.post("/snapshots", &json!({ "name": name }))?,
             _ => anyhow::bail!("name one snapshot, VOLUME@SNAPSHOT, or several volumes with --group NAME"),
@@ -113,6 +126,7 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
                 println!("group        {} (removed only with the group)", snapshot.snapshot);
             }
         }
+        Command::Diff { .. } => unreachable!("answered above"),
         Command::Rm { name, group: false } => println!("snapshot {name} removed"),
         Command::Rm { name, group: true } => {
             let view: GroupView = decode(answer)?;

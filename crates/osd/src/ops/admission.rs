@@ -69,6 +69,7 @@ impl Role {
         match request {
             Request::Read { .. }
             | Request::Stat { .. }
+            | Request::Changes { .. }
             | Request::Write { .. }
             | Request::WriteZeroes { .. }
             | Request::Trim { .. } => Role::Primary,
@@ -177,7 +178,9 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
         Request::Write { inode, offset_bytes, ref data, .. } => {
             Some(locate(view, osd.object_size_bytes, inode, offset_bytes, data.len() as u64)?)
         }
-        Request::Stat { object, .. } | Request::ObjectInfo { object, .. } => Some((check_object(view, object)?, 0)),
+        Request::Stat { object, .. } | Request::Changes { object, .. } | Request::ObjectInfo { object, .. } => {
+            Some((check_object(view, object)?, 0))
+        }
         Request::SecWrite { object, version, offset_bytes, ref data, .. } => {
             let object = check_object(view, object)?;
             check_version(version, epoch)?;

@@ -31,7 +31,7 @@ pub(crate) fn check_layer(map: &ClusterMap, request: &Request, sealed: &SealedHe
             (inode, true)
         }
         Request::Read { inode, .. } => (inode, false),
-        Request::Stat { object, .. } => (object.inode, false),
+        Request::Stat { object, .. } | Request::Changes { object, .. } => (object.inode, false),
         _ => return Ok(()),
     };
     if !inode::is_layered(inode) {
@@ -158,6 +158,36 @@ impl Osd {
             .chain(self.layers_below(object).into_iter().map(|(object, _)| object))
             .find(|&object| self.object_exists(object))
             .map(|object| self.engine.with(|engine| engine.object_version(object)).unwrap_or(0))
+    }
+
+    /// The pages of `object` that may differ from the same stripe of layer `since`, which must be
+    /// below it in its chain (ADR 0034): those a layer above `since` holds where it shows
+    /// through, and those past a size cut between the two (zeros above it, maybe not in `since`).
+    /// Never a page clear that differs; only metadata is read.
+    pub(crate) async fn changes_since(&self, object: ObjectId, since: u64) -> Result<u64, OpError> {
+        let map = self.map.borrow().clone();
+        let object_size = u64::from(self.object_size_bytes);
+        let start = object.stripe * object_size;
+        let mut changed = 0u64;
+        for (inode, visible_bytes) in map.chain(object.inode) {
+            let shown = crate::pages::below(visible_bytes.saturating_sub(start).min(object_size) as u32);
+            if inode == since {
+                let all = crate::pages::below(self.object_size_bytes);
+                return Ok(changed | (all & !shown));
+            }
+            let layer = ObjectId { inode, stripe: object.stripe };
+            if shown == 0 || !self.object_exists(layer) {
+                continue;
+            }
+            match self.engine.submit(engine::Request::Pages { object: layer }).await? {
+                engine::Reply::Pages { present, .. } => changed |= present & shown,
+                other => unreachable!("the engine answered a Pages request with {other:?}"),
+            }
+        }
+        Err(OpError::InvalidArgument(format!(
+            "layer {since:#x} is not below layer {:#x} in its chain: not an earlier snapshot of the same volume",
+            object.inode
+        )))
     }
 
     /// A Trim of a whole object deletes it, unless a layer below shows through it: a delete

@@ -456,6 +456,7 @@ impl Osd {
                 self.primary_read(pg, epoch, object, offset, length_bytes).await
             }
             Request::Stat { pg, .. } => self.primary_stat(pg, epoch, object().0).await,
+            Request::Changes { pg, since, .. } => self.primary_changes(pg, epoch, object().0, since).await,
             Request::Write { pg, data, .. } => {
                 let (object, offset_bytes) = object();
                 self.replicate(pg, epoch, object, Mutation::Write { offset_bytes, data }).await?;

@@ -155,6 +155,22 @@ impl Osd {
         }
     }
 
+    /// Which pages of `object` differ from layer `since`'s (`Request::Changes`).
+    pub(crate) async fn primary_changes(
+        self: &Rc<Self>,
+        pg: PgId,
+        epoch: u64,
+        object: ObjectId,
+        since: u64,
+    ) -> Result<Response, OpError> {
+        let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
+        self.ensure_recorded(&state).await?;
+        let _object = self.locks.read(object).await;
+        self.still_primary(pg, epoch)?;
+        self.still_active(&state)?;
+        Ok(Response::Changes { pages: self.changes_since(object, since).await? })
+    }
+
     /// After a wait (for the object's queue), the map may have moved on.
     pub(crate) fn still_primary(&self, pg: PgId, epoch: u64) -> Result<(), OpError> {
         let map = self.map.borrow().clone();
