@@ -42,29 +42,11 @@ pub(crate) fn pieces(
     })
 }
 
-/// Where a PG's requests go now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Route<'map> {
-    pub epoch: u64,
-    pub osd: u32,
-    pub address: &'map str,
-}
+pub(crate) use cluster::Route;
 
 /// The epoch and running primary of `pg` in `map`, or why there is none.
 pub(crate) fn route(map: &ClusterMap, pg: PgId) -> Result<Route<'_>, String> {
-    let Some(table) = map.pg_tables.get(&pg.pool) else {
-        return Err(format!("pool {} has no PG table in the cluster map", pg.pool));
-    };
-    let Some((epoch, members)) = table.pgs.get(pg.pg as usize) else {
-        return Err(format!("the PG table of pool {} has no entry for PG {}", pg.pool, pg.pg));
-    };
-    let Some(&osd) = members.first() else {
-        return Err(format!("PG {}.{} has no OSDs (epoch {epoch})", pg.pool, pg.pg));
-    };
-    let Some(address) = map.address(osd) else {
-        return Err(format!("its primary osd.{osd} is not running (no liveness key; epoch {epoch})"));
-    };
-    Ok(Route { epoch: *epoch, osd, address })
+    map.route(pg.pool, pg.pg)
 }
 
 #[cfg(test)]

@@ -242,6 +242,7 @@ impl Cluster {
             object_size_bytes: OBJECT_SIZE_BYTES,
             parent: None,
             sealing: false,
+            flattening: false,
             flags: vec![],
         };
         self.store.put(&keys::volume("vol"), encode(&volume), None).await.unwrap()

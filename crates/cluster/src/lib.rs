@@ -18,7 +18,7 @@ pub mod peering;
 pub mod records;
 
 pub use layout::{mint_version, object_pg, ObjectRef};
-pub use map::{ClusterMap, Layer, PgState};
+pub use map::{ClusterMap, Layer, PgState, Route};
 pub use records::{
     machine_id, snapshot_name, split_snapshot_name, ClusterRecord, Counter, DownMark, FailureDomainName, LeaderRecord,
     LocalSocket, OsdLiveRecord, OsdRecord, Parent, PeerReportRecord, PgHistoryRecord, PgScrubRecord, PgTableRecord,

@@ -107,6 +107,24 @@ impl ClusterMap {
         self.osds.get(&osd).and_then(|record| record.down_mark.as_ref()).is_some_and(|mark| mark.is_active())
     }
 
+    /// The epoch and running primary of PG `pg` of pool `pool`, where its requests go now, or
+    /// why there is none.
+    pub fn route(&self, pool: u32, pg: u32) -> Result<Route<'_>, String> {
+        let Some(table) = self.pg_tables.get(&pool) else {
+            return Err(format!("pool {pool} has no PG table in the cluster map"));
+        };
+        let Some((epoch, members)) = table.pgs.get(pg as usize) else {
+            return Err(format!("the PG table of pool {pool} has no entry for PG {pg}"));
+        };
+        let Some(&osd) = members.first() else {
+            return Err(format!("PG {pool}.{pg} has no OSDs (epoch {epoch})"));
+        };
+        let Some(address) = self.address(osd) else {
+            return Err(format!("its primary osd.{osd} is not running (no liveness key; epoch {epoch})"));
+        };
+        Ok(Route { epoch: *epoch, osd, address })
+    }
+
     /// The snapshot whose frozen layer `inode` is, hidden or not.
     pub fn snapshot_of(&self, inode: u64) -> Option<&SnapshotRecord> {
         self.frozen.get(&inode).and_then(|name| self.snapshots.get(name))
@@ -114,12 +132,13 @@ impl ClusterMap {
 
     /// What the map says of layer `inode`: a volume's head or a snapshot, and its parent.
     pub fn layer(&self, inode: u64) -> Option<Layer<'_>> {
-        if let Some(snapshot) = self.frozen.get(&inode).and_then(|name| self.snapshots.get(name)) {
+        if let Some(snapshot) = self.snapshot_of(inode) {
             return Some(Layer {
                 inode,
                 parent: snapshot.parent.as_ref(),
                 frozen: true,
                 sealing: false,
+                flattening: false,
                 deleting: snapshot.deleting,
             });
         }
@@ -129,6 +148,7 @@ impl ClusterMap {
             parent: volume.parent.as_ref(),
             frozen: false,
             sealing: volume.sealing,
+            flattening: volume.flattening,
             deleting: volume.is_deleting(),
         })
     }
@@ -235,9 +255,19 @@ pub struct Layer<'map> {
     pub frozen: bool,
     /// A head waiting for the seal of the snapshot below it.
     pub sealing: bool,
+    /// A head being flattened (`VolumeRecord::flattening`).
+    pub flattening: bool,
     /// A layer of a volume being removed: the reaper's trims delete its objects, and may
     /// delete a frozen layer's.
     pub deleting: bool,
+}
+
+/// Where a PG's requests go now: its epoch and its primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route<'map> {
+    pub epoch: u64,
+    pub osd: u32,
+    pub address: &'map str,
 }
 
 /// The prefix of an address that names a Unix socket: `net::UNIX_PREFIX`, which reads it.
@@ -271,6 +301,7 @@ mod tests {
             object_size_bytes: 1 << 17,
             parent,
             sealing: false,
+            flattening: false,
             flags: vec![],
         };
         serde_json::to_vec(&record).unwrap()

@@ -426,6 +426,10 @@ pub struct VolumeRecord {
     /// the mon tells them it is sealed or this flag goes, and answer `Busy` if that takes too long.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealing: bool,
+    /// The head is being filled with every page it shows from the layers below it, after which
+    /// it loses its parent (ADR 0035): no snapshot or rollback of the volume meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flattening: bool,
     /// `deleting`: the volume is being removed; its objects are deleted in the background.
     #[serde(default)]
     pub flags: Vec<String>,

@@ -503,6 +503,7 @@ pub async fn create_volume(store: &dyn MetaStore, request: &CreateVolume) -> Res
             object_size_bytes: cluster.object_size_bytes,
             parent: None,
             sealing: false,
+            flattening: false,
             flags: Vec::new(),
         };
         let response = store

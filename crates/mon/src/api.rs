@@ -43,6 +43,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/volumes", get(list_volumes).post(create_volume))
         .route("/volumes/{name}", get(get_volume).patch(resize_volume).delete(delete_volume))
         .route("/volumes/{name}/rollback", post(rollback_volume))
+        .route("/volumes/{name}/flatten", post(flatten_volume))
         .route("/volumes/{name}/du", get(volume_usage))
         .route("/du", get(usage))
         .route("/trash", get(list_trash).delete(purge_expired_trash))
@@ -223,7 +224,13 @@ async fn status_of(
     }
     let osds_down = shared.down_since(map);
     let recovery = shared.recovery(&pgs, shared.cluster.object_size_bytes);
-    views::status_view(shared.cluster.cluster_id.clone(), leader, map, &answers, &pgs, osds_down, recovery)
+    let mut status =
+        views::status_view(shared.cluster.cluster_id.clone(), leader, map, &answers, &pgs, osds_down, recovery);
+    let flattens = shared.flattens.lock().expect("flatten table");
+    for flattening in &mut status.flattening {
+        flattening.progress = flattens.get(&flattening.volume).cloned();
+    }
+    status
 }
 
 #[derive(Deserialize)]
@@ -361,7 +368,8 @@ async fn delete_pool(State(shared): State<Arc<Shared>>, Path(name): Path<String>
 
 fn volume_view(shared: &Shared, volume: &cluster::VolumeRecord, map: &ClusterMap) -> VolumeView {
     let progress = shared.progress.lock().expect("progress lock").get(&volume.name).copied();
-    views::volume_view(volume, map, progress)
+    let flatten = shared.flattens.lock().expect("flatten table").get(&volume.name).cloned();
+    views::volume_view(volume, map, progress, flatten)
 }
 
 async fn list_volumes(State(shared): State<Arc<Shared>>) -> ApiResult<Json<VolumeList>> {
@@ -613,6 +621,17 @@ async fn create_volume(
     let volume = admin::create_volume(store, &request).await?;
     let map = cluster_watch::load(store).await?;
     Ok((StatusCode::CREATED, Json(volume_view(&shared, &volume, &map))))
+}
+
+/// Flags the volume for flattening; the leader fills its head and cuts its parent (ADR 0035).
+async fn flatten_volume(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+) -> ApiResult<(StatusCode, Json<VolumeView>)> {
+    let store = shared.store.as_ref();
+    let volume = crate::flatten::start(store, &name).await?;
+    let map = cluster_watch::load(store).await?;
+    Ok((StatusCode::ACCEPTED, Json(volume_view(&shared, &volume, &map))))
 }
 
 async fn resize_volume(

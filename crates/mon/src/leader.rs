@@ -180,6 +180,52 @@ async fn campaign_and_lead(
         end = down_out_loop(shared, watcher, &leadership) => end,
         end = mark_down_loop(shared, watcher, &leadership) => end,
         end = seal_loop(shared, watcher) => end,
+        end = flatten_loop(shared, watcher) => end,
+    }
+}
+
+/// Runs the flattens the map shows, one volume at a time (ADR 0035); one that fails is tried
+/// again 5 s later, from the start (its copy-ups already done cost a lookup each).
+async fn flatten_loop(shared: &Shared, watcher: &MapWatcher) -> Result<TermEnd, MetaError> {
+    let store = shared.store.as_ref();
+    let mut receiver = watcher.subscribe();
+    loop {
+        let map = receiver.borrow_and_update().clone();
+        let mut failed = false;
+        for volume in map.volumes.values().filter(|volume| volume.flattening && !volume.is_deleting()) {
+            // The map may lag behind the flatten this loop just finished: the record decides.
+            let record = match crate::admin::get_volume(store, &volume.name).await {
+                Ok((record, _)) => record,
+                Err(crate::admin::AdminError::NotFound(_)) => continue,
+                Err(error) => {
+                    tracing::warn!(volume = %volume.name, %error, "cannot read a volume to flatten; trying again in 5 s");
+                    failed = true;
+                    continue;
+                }
+            };
+            if !record.flattening || record.is_deleting() {
+                continue;
+            }
+            match crate::flatten::run(store, &watcher.subscribe(), &shared.flattens, &record).await {
+                Ok(()) => {}
+                Err(error @ crate::flatten::FlattenError::Abandoned(_)) => {
+                    tracing::info!(volume = %volume.name, %error, "flatten stopped");
+                }
+                Err(error) => {
+                    tracing::warn!(volume = %volume.name, %error, "flatten stopped; trying again in 5 s");
+                    failed = true;
+                }
+            }
+        }
+        tokio::select! {
+            biased;
+            changed = receiver.changed() => {
+                if changed.is_err() {
+                    return Err(MetaError::unavailable(store.endpoint(), "the cluster map watcher stopped"));
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_secs(5)), if failed => {}
+        }
     }
 }
 

@@ -16,6 +16,7 @@ pub mod admin;
 mod api;
 mod down_out;
 pub mod down_report;
+pub mod flatten;
 mod leader;
 pub mod local_osds;
 pub mod mark_down;
@@ -120,6 +121,8 @@ pub(crate) struct Shared {
     /// With `api_address` resolved.
     pub config: ResolvedConfig,
     pub progress: reaper::ProgressTable,
+    /// The flattens the leader runs, by volume.
+    pub flattens: flatten::FlattenTable,
     pub role: watch::Sender<Role>,
     /// When the mon started, for the liveness grace.
     pub started: tokio::time::Instant,
@@ -261,6 +264,7 @@ impl Mon {
                 fast_down: config.fast_down,
             },
             progress: Default::default(),
+            flattens: Default::default(),
             role,
             started: tokio::time::Instant::now(),
             down: Default::default(),

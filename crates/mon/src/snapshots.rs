@@ -423,6 +423,7 @@ pub async fn clone_volume(store: &dyn MetaStore, request: &CreateClone) -> Resul
                 size_bytes: snapshot.size_bytes,
             }),
             sealing: false,
+            flattening: false,
             flags: Vec::new(),
         };
         let response = store
@@ -546,6 +547,14 @@ fn refuse_unusable(volume: &VolumeRecord, what: &str) -> Result<(), AdminError> 
     if !inode::is_layered(volume.id) {
         return Err(AdminError::Invalid(format!(
             "volume {:?} was created before snapshots existed and cannot take a {what}: copy its data into a new volume",
+            volume.name
+        )));
+    }
+    // Its head is filled and then cut from its parent (ADR 0035): a new head would be left
+    // reading through a layer the flatten is still filling.
+    if volume.flattening {
+        return Err(AdminError::Contended(format!(
+            "volume {:?} is being flattened; a {what} waits until it is done (basalt volume info shows its progress)",
             volume.name
         )));
     }

@@ -338,10 +338,14 @@ pub struct VolumeView {
     /// Every layer its head reads through, top first (`GET /volumes/{name}` only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chain: Vec<crate::snapshot_views::ChainEntry>,
-    /// `ready`, `sealing` (a snapshot was just taken; writes wait a moment) or `deleting`.
+    /// `ready`, `sealing` (a snapshot was just taken; writes wait a moment), `flattening` or
+    /// `deleting`.
     pub state: String,
     /// Object removal progress while `deleting`, when the answering mon is the one deleting.
     pub deletion: Option<DeletionProgress>,
+    /// Flatten progress while `flattening`, when the answering mon is the one flattening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flatten: Option<crate::flatten::FlattenProgress>,
     /// Whether its data has every copy (`GET /volumes/{name}` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redundancy: Option<RedundancyView>,
@@ -527,6 +531,9 @@ pub struct StatusView {
     /// Volumes in the trash (ADR 0030), and the provisioned bytes they hold until purged.
     #[serde(default)]
     pub trash: TrashSummary,
+    /// The volumes being flattened, with their progress when the answering mon runs them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flattening: Vec<FlatteningView>,
     pub pgs: PgSummary,
     #[serde(default)]
     pub recovery: RecoveryView,
@@ -548,6 +555,13 @@ pub struct StatusView {
     /// cut off from it): why, and that the rest is the mon's last view of the cluster map.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_error: Option<String>,
+}
+
+/// A volume being flattened (ADR 0035).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlatteningView {
+    pub volume: String,
+    pub progress: Option<crate::flatten::FlattenProgress>,
 }
 
 /// An OSD whose drive is near full or full (`nearfull_ratio_percent`, `full_ratio_percent`).
@@ -629,7 +643,12 @@ pub fn pool_view(pool: &PoolRecord, map: &ClusterMap, answers: &OsdAnswers) -> P
     }
 }
 
-pub fn volume_view(volume: &VolumeRecord, map: &ClusterMap, deletion: Option<DeletionProgress>) -> VolumeView {
+pub fn volume_view(
+    volume: &VolumeRecord,
+    map: &ClusterMap,
+    deletion: Option<DeletionProgress>,
+    flatten: Option<crate::flatten::FlattenProgress>,
+) -> VolumeView {
     VolumeView {
         id: volume.id,
         name: volume.name.clone(),
@@ -643,11 +662,14 @@ pub fn volume_view(volume: &VolumeRecord, map: &ClusterMap, deletion: Option<Del
             "deleting"
         } else if volume.sealing {
             "sealing"
+        } else if volume.flattening {
+            "flattening"
         } else {
             "ready"
         }
         .to_string(),
         deletion: if volume.is_deleting() { deletion } else { None },
+        flatten: if volume.flattening { flatten } else { None },
         redundancy: None,
     }
 }
@@ -730,6 +752,12 @@ pub fn status_view(
             volumes: map.trash.len() as u64,
             provisioned_bytes: map.trash.values().map(|entry| entry.volume.size_bytes).sum(),
         },
+        flattening: map
+            .volumes
+            .values()
+            .filter(|volume| volume.flattening)
+            .map(|volume| FlatteningView { volume: volume.name.clone(), progress: None })
+            .collect(),
         scrub: scrub_summary(pgs),
         pgs: summary,
         recovery,

@@ -50,6 +50,8 @@ pub(crate) enum Priority {
     Misplaced,
     /// Scrub's reads.
     Scrub,
+    /// A volume's head filled from the layers below it (`basalt volume flatten`).
+    Flatten,
 }
 
 #[derive(Debug)]

@@ -186,6 +186,7 @@ fn a_write_to_a_sealing_head_waits_for_the_word_that_it_is_sealed() {
         object_size_bytes: OBJECT_SIZE,
         parent: None,
         sealing: true,
+        flattening: false,
         flags: Vec::new(),
     };
     cluster.put(&keys::volume("vol"), encode(&volume));

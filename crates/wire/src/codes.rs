@@ -29,6 +29,9 @@ pub enum Opcode {
     /// Primary: which pages of one object of a layer differ from an older snapshot of the same
     /// chain (`qemu:dirty-bitmap` of an NBD export, `basalt snapshot diff`).
     Changes = 7,
+    /// Primary: copy into a volume's head what the layers below it show, for the objects of one
+    /// PG from a cursor (`basalt volume flatten`).
+    Flatten = 8,
     /// Secondary: read a range of one object.
     SecRead = 16,
     /// Secondary: write a range of one object at a version chosen by the primary.
@@ -66,7 +69,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 21] = [
+    pub const ALL: [Opcode; 22] = [
         Opcode::Read,
         Opcode::Write,
         Opcode::WriteZeroes,
@@ -74,6 +77,7 @@ impl Opcode {
         Opcode::Flush,
         Opcode::Stat,
         Opcode::Changes,
+        Opcode::Flatten,
         Opcode::SecRead,
         Opcode::SecWrite,
         Opcode::SecDelete,

@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn unknown_opcode() {
-        for opcode in [0u16, 8, 15, 40, u16::MAX] {
+        for opcode in [0u16, 9, 15, 40, u16::MAX] {
             let mut bytes = sample(Opcode::Ping, false);
             set(&mut bytes, field_offset::OPCODE, &opcode.to_le_bytes());
             reseal(&mut bytes);
@@ -331,6 +331,7 @@ mod tests {
             (Opcode::SecList, 4),
             (Opcode::Stat, 8),
             (Opcode::Changes, 8),
+            (Opcode::Flatten, 24),
         ] {
             let mut bytes = sample(opcode, true);
             bytes.truncate(HEADER_SIZE_BYTES + size_min_bytes as usize - 1);

@@ -296,6 +296,15 @@ pub enum Request {
         object: ObjectId,
         since: u64,
     },
+    /// Copies into the head `inode` every page the layers below it show and it does not hold,
+    /// for the stripes of the objects of its family in the PG from `start` on, at most
+    /// `count_max` of them listed.
+    Flatten {
+        pg: PgId,
+        inode: u64,
+        start: ObjectId,
+        count_max: u32,
+    },
 }
 
 /// A reply. `Failed` answers any opcode with a status other than `Ok`; every other variant is
@@ -340,6 +349,13 @@ pub enum Response {
     /// (never clear for a page that does).
     Changes {
         pages: u64,
+    },
+    /// `listed`: the family's objects of the PG listed from `start` (fewer than `count_max`:
+    /// none is left); `copied`: the head objects that took pages; `next`: where to go on.
+    Flatten {
+        listed: u32,
+        copied: u32,
+        next: ObjectId,
     },
     /// Data blocks in use (objects and blocks promised to journaled writes) and the data
     /// capacity, in bytes, and the objects held.
@@ -422,6 +438,7 @@ impl Request {
             Request::VolumeUsage { .. } => Opcode::VolumeUsage,
             Request::Stat { .. } => Opcode::Stat,
             Request::Changes { .. } => Opcode::Changes,
+            Request::Flatten { .. } => Opcode::Flatten,
         }
     }
 
@@ -440,7 +457,8 @@ impl Request {
             | Request::SecReplace { pg, .. }
             | Request::ObjectInfo { pg, .. }
             | Request::Stat { pg, .. }
-            | Request::Changes { pg, .. } => Some(pg),
+            | Request::Changes { pg, .. }
+            | Request::Flatten { pg, .. } => Some(pg),
             Request::Flush
             | Request::Ping
             | Request::Space
@@ -477,6 +495,7 @@ impl Response {
             Response::VolumeUsage { .. } => Opcode::VolumeUsage,
             Response::Stat { .. } => Opcode::Stat,
             Response::Changes { .. } => Opcode::Changes,
+            Response::Flatten { .. } => Opcode::Flatten,
             Response::NewerVersionHeld { opcode, .. } | Response::Failed { opcode, .. } => *opcode,
         }
     }
@@ -624,6 +643,7 @@ pub(crate) fn request_fields_size_bytes(opcode: Opcode) -> usize {
         Opcode::SecReplace => PG + OBJECT + 8 + 8,
         Opcode::ObjectInfo | Opcode::Stat => PG + OBJECT,
         Opcode::Changes => PG + OBJECT + 8,
+        Opcode::Flatten => PG + 8 + OBJECT + 4,
     }
 }
 
@@ -633,6 +653,7 @@ fn reply_fields_size_bytes(response: &Response) -> usize {
         Response::SecRead { .. } => 8 + 8,
         Response::ObjectInfo { .. } => 8 + 4 + 8,
         Response::Stat { .. } | Response::Changes { .. } => 8,
+        Response::Flatten { .. } => 4 + 4 + 16,
         Response::Space { .. } => 24,
         Response::SecList { .. } => 4,
         Response::PgStates { .. } => 8 + 8 + 4,
@@ -727,6 +748,12 @@ fn encode_request(request: &Request, out: &mut Vec<u8>) {
             put_object(out, *object);
             put_u64(out, *since);
         }
+        Request::Flatten { pg, inode, start, count_max } => {
+            put_pg(out, *pg);
+            put_u64(out, *inode);
+            put_object(out, *start);
+            put_u32(out, *count_max);
+        }
     }
 }
 
@@ -764,6 +791,11 @@ fn encode_response(response: &Response, out: &mut Vec<u8>) {
         }
         Response::Stat { version } => put_u64(out, *version),
         Response::Changes { pages } => put_u64(out, *pages),
+        Response::Flatten { listed, copied, next } => {
+            put_u32(out, *listed);
+            put_u32(out, *copied);
+            put_object(out, *next);
+        }
         Response::Space { used_bytes, total_bytes, object_count } => {
             put_u64(out, *used_bytes);
             put_u64(out, *total_bytes);
@@ -866,6 +898,12 @@ fn decode_request(opcode: Opcode, reader: &mut Reader) -> Result<Request, Decode
         Opcode::VolumeUsage => Request::VolumeUsage { inode: reader.u64()? },
         Opcode::Stat => Request::Stat { pg: reader.pg()?, object: reader.object()? },
         Opcode::Changes => Request::Changes { pg: reader.pg()?, object: reader.object()?, since: reader.u64()? },
+        Opcode::Flatten => Request::Flatten {
+            pg: reader.pg()?,
+            inode: reader.u64()?,
+            start: reader.object()?,
+            count_max: reader.u32()?,
+        },
     })
 }
 
@@ -913,6 +951,10 @@ fn decode_reply(opcode: Opcode, reader: &mut Reader) -> Result<Response, DecodeE
         Opcode::Changes => {
             reader.require(8)?;
             Response::Changes { pages: reader.u64()? }
+        }
+        Opcode::Flatten => {
+            reader.require(24)?;
+            Response::Flatten { listed: reader.u32()?, copied: reader.u32()?, next: reader.object()? }
         }
         Opcode::PgStates => {
             reader.require(20)?;

@@ -35,6 +35,9 @@ const _: () =
 const _: () = assert!(usize::BITS >= 32);
 const _: () = assert!((PAYLOAD_SIZE_MAX_BYTES as u64) + (HEADER_SIZE_BYTES as u64) < u32::MAX as u64);
 
+/// The most objects one Flatten lists: a responder refuses more (each may cost an object's copy).
+pub const FLATTEN_OBJECTS_MAX_COUNT: u32 = 1024;
+
 /// Bytes of one VolumeUsage reply entry: inode (8), objects (8), objects no other layer needs (8).
 pub const LAYER_USAGE_SIZE_BYTES: u32 = 24;
 

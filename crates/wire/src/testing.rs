@@ -41,6 +41,7 @@ pub(crate) fn sample_requests() -> Vec<Request> {
         Request::VolumeUsage { inode: 0x0000_0300_0000_0009 },
         Request::Stat { pg, object },
         Request::Changes { pg, object, since: 0x0000_0300_0000_0004 },
+        Request::Flatten { pg, inode: 0x0000_0300_0000_0005, start: object, count_max: 64 },
     ];
     assert!(Opcode::ALL.iter().all(|opcode| requests.iter().any(|request| request.opcode() == *opcode)));
     requests
@@ -66,6 +67,7 @@ pub(crate) fn sample_responses() -> Vec<Response> {
         Response::Ping,
         Response::Stat { version: 79 },
         Response::Changes { pages: 0xe1e2_e3e4_e5e6_e7e8 },
+        Response::Flatten { listed: 64, copied: 17, next: ObjectId { inode: 0x0000_0300_0000_0005, stripe: 99 } },
         Response::Space { used_bytes: 1 << 30, total_bytes: 1 << 40, object_count: 8192 },
         Response::VolumeRedundancy { objects: 512, degraded_objects: 17 },
         Response::Barrier,

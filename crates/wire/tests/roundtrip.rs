@@ -67,6 +67,12 @@ fn request() -> impl Strategy<Value = Request> {
         (pg(), object()).prop_map(|(pg, object)| Request::ObjectInfo { pg, object }),
         (pg(), object()).prop_map(|(pg, object)| Request::Stat { pg, object }),
         (pg(), object(), any::<u64>()).prop_map(|(pg, object, since)| Request::Changes { pg, object, since }),
+        (pg(), any::<u64>(), object(), any::<u32>()).prop_map(|(pg, inode, start, count_max)| Request::Flatten {
+            pg,
+            inode,
+            start,
+            count_max
+        }),
         Just(Request::Ping),
         Just(Request::Space),
         Just(Request::PgStates),
@@ -110,6 +116,11 @@ fn response() -> impl Strategy<Value = Response> {
             .prop_map(|(version, data_crc32c, present)| { Response::ObjectInfo { version, data_crc32c, present } }),
         any::<u64>().prop_map(|version| Response::Stat { version }),
         any::<u64>().prop_map(|pages| Response::Changes { pages }),
+        (any::<u32>(), any::<u32>(), object()).prop_map(|(listed, copied, next)| Response::Flatten {
+            listed,
+            copied,
+            next
+        }),
         Just(Response::Ping),
         Just(Response::Barrier),
         Just(Response::Sealed),

@@ -69,6 +69,13 @@ pub fn run(_global: Global, args: Args) -> anyhow::Result<()> {
             crate::size::format_bytes(status.trash.provisioned_bytes)
         );
     }
+    for flattening in &status.flattening {
+        let progress = match &flattening.progress {
+            Some(progress) => crate::cmd::volume::flatten_line(progress),
+            None => "progress known to the leader mon".to_string(),
+        };
+        println!("flatten   {}: {progress}", flattening.volume);
+    }
     let pgs = &status.pgs;
     println!(
         "pgs       {} total: {} active ({} clean, {} degraded, {} recovering), {} peering, {} inactive{}",

@@ -1,4 +1,4 @@
-//! `basalt volume create|ls|info|du|resize|clone|rollback|rm`: volumes through the mon's API.
+//! `basalt volume create|ls|info|du|resize|clone|rollback|flatten|rm`: volumes through the mon's API.
 
 use mon::trash_views::TrashView;
 use mon::usage_views::{UsageList, VolumeUsageView};
@@ -64,6 +64,15 @@ pub enum Command {
         /// The snapshot, VOLUME@SNAPSHOT.
         snapshot: String,
     },
+    /// Copy into a volume (a clone) everything it reads through its parent snapshot, online and
+    /// paced against client I/O, then cut it from the parent; progress and time left show in
+    /// `basalt volume info` and `basalt status`. No snapshot or rollback of it meanwhile.
+    Flatten {
+        name: String,
+        /// Return once the flatten has started.
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Move a volume and its snapshots to the trash, its name free again: `basalt trash restore`
     /// brings it back until the trash's retention (`trash_retention_s`) ends it. With --now,
     /// delete it at once: its data is removed in the background, with progress shown until it is
@@ -108,6 +117,7 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
             let volume = snapshot.split_once('@').map_or(snapshot.as_str(), |(volume, _)| volume);
             client.post(&format!("/volumes/{}/rollback", segment(volume)), &json!({ "snapshot": snapshot }))?
         }
+        Command::Flatten { name, .. } => client.post(&format!("/volumes/{}/flatten", segment(name)), &json!({}))?,
         Command::Rm { name, now: false, .. } => client.delete(&format!("/volumes/{}", segment(name)))?,
         Command::Rm { name, now: true, .. } => client.delete(&format!("/volumes/{}?now=true", segment(name)))?,
     };
@@ -164,6 +174,9 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
             if let Some(deletion) = volume.deletion {
                 println!("deleted      {} of {} objects", deletion.objects_done, deletion.objects_total);
             }
+            if let Some(flatten) = &volume.flatten {
+                println!("flatten      {}", flatten_line(flatten));
+            }
             if let Some(redundancy) = volume.redundancy {
                 let meaning = match redundancy.state.as_str() {
                     "intact" => "every object has all its copies",
@@ -204,6 +217,13 @@ pub fn run(global: Global, args: Args) -> anyhow::Result<()> {
             let volume: VolumeView = decode(answer)?;
             println!("volume {} is now {} ({} bytes)", volume.name, format_bytes(volume.size_bytes), volume.size_bytes);
         }
+        Command::Flatten { name, no_wait: true } => {
+            println!("volume {name} is being flattened; `basalt volume info {name}` shows its progress");
+        }
+        Command::Flatten { name, no_wait: false } => {
+            wait_for_flatten(&client, &name, global)?;
+            println!("volume {name} flattened: it reads through no snapshot");
+        }
         Command::Rm { name, now: false, .. } => {
             let entry: TrashView = decode(answer)?;
             println!(
@@ -239,6 +259,48 @@ fn wait_for_removal(client: &crate::api_client::ApiClient, name: &str, global: G
                     "deleting {name}: {} of {} objects ({percent}%)",
                     deletion.objects_done, deletion.objects_total
                 ));
+                last = Some(shown);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// How far a flatten is: PGs walked, objects copied up, time left.
+pub fn flatten_line(flatten: &mon::flatten::FlattenProgress) -> String {
+    let percent = (flatten.pgs_done * 100).checked_div(flatten.pg_count).unwrap_or(0);
+    let left = match flatten.time_left_ms {
+        Some(ms) => format!(", about {} s left", ms.div_ceil(1000)),
+        None => String::new(),
+    };
+    let problem = flatten.problem.as_deref().map(|problem| format!("; retrying {problem}")).unwrap_or_default();
+    format!(
+        "{percent}% ({} of {} PGs), {} objects copied of {} listed, {:.1} s{left}{problem}",
+        flatten.pgs_done,
+        flatten.pg_count,
+        flatten.objects_copied,
+        flatten.objects_listed,
+        flatten.elapsed_ms as f64 / 1000.0
+    )
+}
+
+/// Polls the volume until it has no parent, printing the leader's progress on stderr.
+fn wait_for_flatten(client: &crate::api_client::ApiClient, name: &str, global: Global) -> anyhow::Result<()> {
+    let mut last = None;
+    loop {
+        let volume: VolumeView = decode(client.get(&format!("/volumes/{}", segment(name)))?)?;
+        if volume.parent.is_none() {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            volume.state == "flattening",
+            "volume {name} is {} and no longer being flattened",
+            volume.state
+        );
+        if let Some(flatten) = &volume.flatten {
+            let shown = (flatten.pgs_done, flatten.objects_copied);
+            if last != Some(shown) {
+                global.say(format_args!("flattening {name}: {}", flatten_line(flatten)));
                 last = Some(shown);
             }
         }

@@ -70,6 +70,7 @@ impl Role {
             Request::Read { .. }
             | Request::Stat { .. }
             | Request::Changes { .. }
+            | Request::Flatten { .. }
             | Request::Write { .. }
             | Request::WriteZeroes { .. }
             | Request::Trim { .. } => Role::Primary,
@@ -218,6 +219,15 @@ fn check(view: Option<PgView<'_>>, osd: Osd, epoch: u64, request: &Request) -> R
             Some((object, offset_bytes))
         }
         Request::SecList { .. } => None,
+        Request::Flatten { count_max, .. } => {
+            if count_max == 0 || count_max > wire::limits::FLATTEN_OBJECTS_MAX_COUNT {
+                return Err(OpError::InvalidArgument(format!(
+                    "a Flatten lists {count_max} objects, not 1 to {}",
+                    wire::limits::FLATTEN_OBJECTS_MAX_COUNT
+                )));
+            }
+            None
+        }
         Request::Flush
         | Request::Ping
         | Request::Space

@@ -97,8 +97,9 @@ impl Osd {
     }
 
     /// A read of a range of a layer that has layers below: each page from the topmost layer
-    /// that holds it, zeros where none does or past what a parent shows. `head` is what the
-    /// top layer holds of the range.
+    /// that holds it, zeros where none does or past what a parent shows, and the pages of the
+    /// range some layer holds (bit `i`: page `i` of the object). `head` is what the top layer
+    /// holds of the range.
     pub(crate) async fn read_through(
         self: &Rc<Self>,
         state: &Rc<Pg>,
@@ -106,12 +107,13 @@ impl Osd {
         below: &[(ObjectId, u32)],
         offset_bytes: u32,
         length_bytes: u32,
-    ) -> Result<Bytes, OpError> {
+    ) -> Result<(Bytes, u64), OpError> {
         let wanted = crate::pages::of_range(offset_bytes, length_bytes);
         let first_page = (offset_bytes / PAGE_SIZE_BYTES) as usize;
+        let mut held = head.present & wanted;
         let mut missing = wanted & !head.present;
         if missing == 0 {
-            return Ok(head.data);
+            return Ok((head.data, held));
         }
         let place = |out: &mut Option<BytesMut>, data: &Bytes, pages: u64| {
             let out = out.get_or_insert_with(|| BytesMut::zeroed(length_bytes as usize));
@@ -140,15 +142,17 @@ impl Osd {
             }
             if found == wanted {
                 debug_assert!(out.is_none());
-                return Ok(read.data);
+                return Ok((read.data, wanted));
             }
             place(&mut out, &read.data, found);
             missing &= !found;
+            held |= found;
         }
-        Ok(match out {
+        let data = match out {
             Some(out) => out.freeze(),
             None => Bytes::from(vec![0; length_bytes as usize]),
-        })
+        };
+        Ok((data, held))
     }
 
     /// Whether a Stat of `object` finds data: in its own layer, or in a layer below that shows

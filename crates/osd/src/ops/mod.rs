@@ -9,6 +9,7 @@
 
 mod admission;
 mod connection;
+mod flatten;
 mod layers;
 mod primary;
 mod secondary;
@@ -457,6 +458,9 @@ impl Osd {
             }
             Request::Stat { pg, .. } => self.primary_stat(pg, epoch, object().0).await,
             Request::Changes { pg, since, .. } => self.primary_changes(pg, epoch, object().0, since).await,
+            Request::Flatten { pg, inode, start, count_max } => {
+                self.primary_flatten(pg, epoch, inode, start, count_max).await
+            }
             Request::Write { pg, data, .. } => {
                 let (object, offset_bytes) = object();
                 self.replicate(pg, epoch, object, Mutation::Write { offset_bytes, data }).await?;

@@ -78,7 +78,7 @@ impl Osd {
         } else {
             self.read_repairing(&state, object, offset_bytes, length_bytes).await?
         };
-        let data = self.read_through(&state, head, &below, offset_bytes, length_bytes).await?;
+        let (data, _) = self.read_through(&state, head, &below, offset_bytes, length_bytes).await?;
         Ok(Response::Read { data })
     }
 
