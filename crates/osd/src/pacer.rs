@@ -10,7 +10,12 @@
 //! - the tick's tail latency (its 99th percentile, the slowest op with few ops) above
 //!   `recovery_latency_ratio_percent` of the client's usual tail (the fifth best tick of the
 //!   last [`BASELINE_WINDOW`]): the rate halves;
-//! - otherwise it grows by `recovery_bytes_per_s_min`;
+//! - otherwise, if the rate held a copy back during the tick, it grows by
+//!   `recovery_bytes_per_s_min`;
+//! - otherwise (copies used less than the rate allowed, or none ran) it falls to twice what
+//!   copies used, at most halving per tick: a rate that nothing used is not known to be safe for
+//!   the clients, and copies starting under client load start low and climb (as TCP does not
+//!   grow a window its sender does not fill, RFC 7661);
 //! - never below `recovery_bytes_per_s_min`: recovery slows, it never stops.
 //!
 //! The tail, not the mean, is the signal: a copy delays the few client ops that meet it on the
@@ -70,6 +75,10 @@ struct State {
     settings: SettingsRecord,
     /// Bytes granted since the OSD started.
     granted_bytes: u64,
+    /// Bytes granted since the last tick.
+    tick_granted_bytes: u64,
+    /// A copy waited for tokens since the last tick: the rate, not the work, was the limit.
+    tick_limited: bool,
 }
 
 pub(crate) struct Pacer {
@@ -117,6 +126,8 @@ impl Pacer {
                 recent: VecDeque::new(),
                 settings,
                 granted_bytes: 0,
+                tick_granted_bytes: 0,
+                tick_limited: false,
             }),
             changed: Notify::new(),
         }
@@ -148,8 +159,10 @@ impl Pacer {
                     state.tokens -= bytes as f64;
                     state.in_flight += 1;
                     state.granted_bytes += bytes;
+                    state.tick_granted_bytes += bytes;
                     None
                 } else if first && slots {
+                    state.tick_limited = true;
                     // At least a tick of tokio's timer: a shorter sleep ends at once, and a
                     // deficit of a few bytes would spin until the clock moves (which a paused
                     // clock, as in simulation, never does while a task is ready).
@@ -205,12 +218,17 @@ impl Pacer {
             let limit = usual.mul_f64(f64::from(settings.recovery_latency_ratio_percent.max(100)) / 100.0);
             if tail > limit {
                 state.rate_bytes_per_s / 2.0
-            } else {
+            } else if state.tick_limited {
                 state.rate_bytes_per_s + min
+            } else {
+                let used = state.tick_granted_bytes as f64 / TICK.as_secs_f64();
+                (2.0 * used).max(state.rate_bytes_per_s / 2.0).min(state.rate_bytes_per_s)
             }
         };
         state.rate_bytes_per_s = rate.clamp(min, max);
         state.tick_latencies.clear();
+        state.tick_granted_bytes = 0;
+        state.tick_limited = false;
         drop(state);
         self.changed.notify_waiters();
     }
@@ -274,8 +292,10 @@ mod tests {
             }
             pacer.tick(&settings);
         };
-        // A steady client latency: the rate stays at the maximum.
+        let limited = || pacer.state.borrow_mut().tick_limited = true;
+        // A steady client latency while copies are held back: the rate stays at the maximum.
         for _ in 0..10 {
+            limited();
             tick(200);
         }
         assert_eq!(pacer.figures().0, 100 << 20);
@@ -292,12 +312,31 @@ mod tests {
             tick(600);
         }
         assert_eq!(pacer.figures().0, 4 << 20, "never below the minimum");
-        // The tail back to normal: the rate climbs by the minimum per tick; clients gone: full
-        // speed at once.
+        // The tail back to normal: the rate climbs by the minimum per tick while it holds
+        // copies back; clients gone: full speed at once.
+        limited();
         tick(200);
         assert_eq!(pacer.figures().0, 8 << 20);
         pacer.tick(&settings);
         assert_eq!(pacer.figures().0, 100 << 20);
+        // Clients busy and no copy: the rate falls by half a tick until the minimum, so that
+        // copies starting then start low.
+        for expected in [50 << 20, 25 << 20, 12_800 << 10, 6_400 << 10, 4 << 20] {
+            tick(200);
+            assert_eq!(pacer.figures().0, expected);
+        }
+        // Copies using less than the rate: it falls to twice what they used.
+        for _ in 0..10 {
+            limited();
+            tick(200);
+        }
+        assert_eq!(pacer.figures().0, 44 << 20);
+        pacer.state.borrow_mut().tick_granted_bytes = 1 << 20;
+        tick(200);
+        assert_eq!(pacer.figures().0, 22 << 20, "at most halving");
+        pacer.state.borrow_mut().tick_granted_bytes = 1 << 20;
+        tick(200);
+        assert_eq!(pacer.figures().0, 20 << 20, "twice the 10 MiB/s used");
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]

@@ -15,6 +15,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use cluster::inode;
 use engine::ObjectId;
+use futures_util::stream::{self, StreamExt};
 use wire::{PgId, Response};
 
 use super::primary::Mutation;
@@ -57,14 +58,17 @@ impl Osd {
             .map(|(object, _)| object)
             .take_while(|object| object.inode < end)
             .collect();
-        let mut stripes = BTreeSet::new();
+        let stripes: BTreeSet<u64> =
+            listed.iter().filter(|object| below.contains(&object.inode)).map(|object| object.stripe).collect();
+        // As many at once as the pacer lets run: it holds the OSD to its rate and slots.
+        let copies: Vec<Result<bool, OpError>> = stream::iter(stripes)
+            .map(|stripe| self.copy_up(&state, ObjectId { inode: head, stripe }))
+            .buffer_unordered(self.pacer.in_flight_max())
+            .collect()
+            .await;
         let mut copied = 0u32;
-        for object in listed.iter().filter(|object| below.contains(&object.inode)) {
-            if stripes.insert(object.stripe)
-                && self.copy_up(&state, ObjectId { inode: head, stripe: object.stripe }).await?
-            {
-                copied += 1;
-            }
+        for copy in copies {
+            copied += u32::from(copy?);
         }
         let next = match listed.last() {
             Some(last) if last.stripe == u64::MAX => ObjectId { inode: last.inode + 1, stripe: 0 },
