@@ -4,8 +4,9 @@
 //! never changes once read; a clone reads its snapshot wherever it has not written (its own
 //! exact model: this task is its only writer); a rollback is, to the history, a write of every
 //! block with the snapshot's contents, in flight for as long as the call. With
-//! `SimOptions::trash`, a clone is then often removed to the trash: its name must be free at
-//! once; restored (under its name or another) it must read as its model; purged, or left past
+//! `SimOptions::trash`, a clone is then often flattened (ADR 0035), written and read while the
+//! leader walks it and after its parent is cut, each block as its model; and often removed to
+//! the trash: its name must be free at once; restored (under its name or another) it must read as its model; purged, or left past
 //! its retention for the leader to purge, it must be gone, and a restore racing the expiry must
 //! bring it back whole or not at all.
 
@@ -67,7 +68,11 @@ pub(crate) async fn run(
                     if trash && rng.gen_bool(0.7) {
                         clones += 1;
                         let made = clone_and_check(&store, &client, &name, index, clones, &mut rng, &run).await;
-                        if let Some((clone_name, source, model)) = made {
+                        if let Some((clone_name, source, mut model)) = made {
+                            if rng.gen_bool(0.4) {
+                                let flatten = Flatten { name: &clone_name, source, number: clones };
+                                flatten_round(&store, &client, &flatten, &mut model, &mut rng, &run).await;
+                            }
                             trash_round(&store, &client, &clone_name, source, &model, &mut rng, &run).await;
                         }
                     }
@@ -235,6 +240,75 @@ async fn clone_and_check(
         check_clone_block(&clone, &clone_name, source, block, &model, run).await;
     }
     Some((clone_name, source, model))
+}
+
+/// A clone to flatten: its name, the volume its blocks' contents are named after, its number.
+struct Flatten<'a> {
+    name: &'a str,
+    source: usize,
+    number: usize,
+}
+
+/// How long a flatten may take in the simulation before the round stops waiting for it: the
+/// faults may hold the leader or a PG up for a while.
+const FLATTEN_WAIT: Duration = Duration::from_secs(60);
+
+/// Flattens a clone while this task writes and reads it: each block reads as its model while
+/// the leader walks the PGs, and once its parent is cut.
+async fn flatten_round(
+    store: &Arc<dyn MetaStore>,
+    client: &Client,
+    flatten: &Flatten<'_>,
+    model: &mut BTreeMap<u64, u64>,
+    rng: &mut SmallRng,
+    run: &Run,
+) {
+    let Flatten { name, source, number } = *flatten;
+    match SimNet::on_node("admin", mon::flatten::start(store.as_ref(), name)).await {
+        Ok(_) => run.record(format_args!("flatten of {name} started")),
+        Err(error) => return run.record(format_args!("flatten of {name} not started: {error}")),
+    }
+    let clone = match SimNet::on_node("admin", client.open_volume(name)).await {
+        Ok(clone) => clone,
+        Err(error) => return run.violation(format!("clone {name} could not be opened to flatten: {error}")),
+    };
+    let blocks = (clone.size_bytes() / BLOCK_BYTES as u64).max(1);
+    for step in 0..6u64 {
+        let block = rng.gen_range(0..blocks);
+        if rng.gen_bool(0.5) {
+            let id = u64::MAX - (number as u64) * 1_000 - 100 - step;
+            let data = Bytes::from(contents((source, block), id));
+            match SimNet::on_node("admin", clone.write(block * BLOCK_BYTES as u64, data)).await {
+                Ok(()) => {
+                    model.insert(block, id);
+                }
+                Err(error) => return run.violation(format!("a write to clone {name} while flattened failed: {error}")),
+            }
+        } else {
+            check_clone_block(&clone, name, source, block, model, run).await;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + FLATTEN_WAIT;
+    let flattened = loop {
+        let record = SimNet::on_node("admin", store.get(&cluster::keys::volume(name))).await;
+        let done = match record {
+            Ok(Some(kv)) => cluster::records::decode::<cluster::VolumeRecord>("volume", &kv.value)
+                .is_ok_and(|record| record.parent.is_none() && !record.flattening),
+            _ => false,
+        };
+        if done || tokio::time::Instant::now() >= deadline {
+            break done;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    if flattened {
+        run.record(format_args!("clone {name} flattened: it has no parent"));
+    } else {
+        run.record(format_args!("clone {name} not flattened within {FLATTEN_WAIT:?}"));
+    }
+    for block in model.keys().copied().collect::<Vec<_>>() {
+        check_clone_block(&clone, name, source, block, model, run).await;
+    }
 }
 
 /// Removes clone `name` to the trash, then restores it (under its name or another) at once or
