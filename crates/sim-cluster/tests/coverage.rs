@@ -1,7 +1,7 @@
 //! Every coverage mark (`stdx::coverage::mark`) at the rare branches of peering, recovery,
 //! backfill, scrub and stray removal is reached by the simulator within [`SEEDS`] seeds drawing
 //! their geometry and workload with two streams of faults and a late OSD, [`DRAWN_SEEDS`] drawing only the geometry (one op at a time on
-//! 16 KiB objects, where other races happen), [`FIXED_SEEDS`] with the fixed one, the seeds that once failed
+//! 16 KiB objects, where other races happen), [`FIXED_SEEDS`] with the fixed one, [`RARE_SEEDS`], the seeds that once failed
 //! (`sim_cluster::regressions`) and one run of each scripted scenario:
 //! a branch the simulator never takes is a branch no seed can find a bug in. The runs are
 //! deterministic, so a mark lost is lost to a change of the code, never to chance. The marks are found by reading the sources, so a new mark is
@@ -19,6 +19,12 @@ const SEEDS: u64 = 450;
 const DRAWN_SEEDS: u64 = 150;
 /// Seeds with the fixed geometry (3 OSDs, 3 copies, `min_size` 2: bits flipped more often).
 const FIXED_SEEDS: u64 = 100;
+/// Seeds past [`SEEDS`], drawing everything, that reach the rarest marks: "a member refused a
+/// copy, left for recovery to rewrite" (2475) and "a pulled copy lands on a delete at its own
+/// version" (2569), the first of 451 to 4000 to, once the mon's leader gained a task of its
+/// own (the flatten's) and every trajectory moved. A change that loses them again moves the
+/// search further.
+const RARE_SEEDS: [u64; 2] = [2475, 2569];
 
 const MARK_CALL: &str = "coverage::mark(\"";
 
@@ -65,6 +71,10 @@ fn every_coverage_mark_is_hit() {
     for seed in 1..=seeds {
         let outcome = run(seed, &joining);
         assert!(outcome.passed(), "seed {seed}: {:?}", outcome.violations);
+    }
+    for seed in RARE_SEEDS {
+        let outcome = run(seed, &joining);
+        assert!(outcome.passed(), "rare seed {seed}: {:?}", outcome.violations);
     }
     for seed in 1..=DRAWN_SEEDS {
         let outcome = run(seed, &drawn);
