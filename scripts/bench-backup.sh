@@ -19,19 +19,8 @@ source scripts/lib/basalt-bin.sh
 api=127.0.0.1:8080
 nbd=nbd://127.0.0.1:10809
 
-pid=
-stop() {
-    [[ -n $pid ]] && kill -INT "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
-    pid=
-}
-trap 'stop; rm -rf "$dir"' EXIT
-
-rm -rf "$dir"
-mkdir -p "$dir"
-"$basalt" dev --data "$dir" --osd-size 20G --volume big=100G >"$dir/dev.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do grep -q "ready" "$dir/dev.log" && break; sleep 0.2; done
-grep -q "ready" "$dir/dev.log" || { echo "bench-backup: basalt dev did not start" >&2; cat "$dir/dev.log" >&2; exit 1; }
+source scripts/lib/dev-cluster.sh
+start_dev --osd-size 20G --volume big=100G
 
 pages() { # seed: 2,000 random 4 KiB writes over the whole volume
     fio --name=p --ioengine=nbd --uri="$nbd/big" --rw=randwrite --bs=4k --iodepth=16 --number_ios=2000 \

@@ -21,18 +21,8 @@ source scripts/lib/basalt-bin.sh
 api=127.0.0.1:8080
 nbd=nbd://127.0.0.1:10809
 
-pid=
-stop() {
-    [[ -n $pid ]] && kill -INT "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
-    pid=
-}
-trap 'stop; rm -rf "$dir"' EXIT
-rm -rf "$dir"
-mkdir -p "$dir"
-"$basalt" dev --data "$dir" --osd-size 12G --volume "gold=$volume" >"$dir/dev.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do grep -q "ready" "$dir/dev.log" && break; sleep 0.2; done
-grep -q "ready" "$dir/dev.log" || { echo "bench-flatten: basalt dev did not start" >&2; cat "$dir/dev.log" >&2; exit 1; }
+source scripts/lib/dev-cluster.sh
+start_dev --osd-size 12G --volume "gold=$volume"
 
 fio --name=fill --ioengine=nbd --uri="$nbd/gold" --rw=write --bs=1M --iodepth=8 --size="$volume" \
     --output-format=terse >/dev/null

@@ -144,11 +144,7 @@ impl Osd {
         epoch: u64,
         object: ObjectId,
     ) -> Result<Response, OpError> {
-        let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
-        self.ensure_recorded(&state).await?;
-        let _object = self.locks.read(object).await;
-        self.still_primary(pg, epoch)?;
-        self.still_active(&state)?;
+        let _object = self.object_query(pg, epoch, object).await?;
         match self.stat_through(object) {
             Some(version) => Ok(Response::Stat { version }),
             None => Err(OpError::NoSuchObject),
@@ -163,12 +159,24 @@ impl Osd {
         object: ObjectId,
         since: u64,
     ) -> Result<Response, OpError> {
+        let _object = self.object_query(pg, epoch, object).await?;
+        Ok(Response::Changes { pages: self.changes_since(object, since).await? })
+    }
+
+    /// What a query of one object (Stat, Changes) waits for: its PG serving with its acting set
+    /// recorded, and the object's read queue, this OSD still its primary after both.
+    async fn object_query(
+        self: &Rc<Self>,
+        pg: PgId,
+        epoch: u64,
+        object: ObjectId,
+    ) -> Result<crate::locks::ObjectGuard<'_>, OpError> {
         let state = self.pgs.active(pg, epoch, self.peering_wait).await?;
         self.ensure_recorded(&state).await?;
-        let _object = self.locks.read(object).await;
+        let guard = self.locks.read(object).await;
         self.still_primary(pg, epoch)?;
         self.still_active(&state)?;
-        Ok(Response::Changes { pages: self.changes_since(object, since).await? })
+        Ok(guard)
     }
 
     /// After a wait (for the object's queue), the map may have moved on.
