@@ -74,8 +74,9 @@ pub const CONTROL_REGRESSIONS: [(u64, &str); 3] = [
 ];
 
 /// Seeds that once failed with clones removed to the trash, over everything above.
-pub const TRASH_REGRESSIONS: [(u64, &str); 1] = [
+pub const TRASH_REGRESSIONS: [(u64, &str); 2] = [
     (67997, "a harness bug: an OSD still stopping on its failed drive when the final reads began was not counted down, so the reads were held to a bound with two of three OSDs gone"),
+    (321007, "a harness bug: the final reads were held to their bound while the store's members were cut off from one another, with an OSD whose lease had lapsed in a cut just before: it could not ride through, and nothing could fail its PGs over"),
 ];
 
 /// Every seed above with the options of the stage it was found in.

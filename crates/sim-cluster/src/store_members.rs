@@ -124,6 +124,11 @@ impl StoreMembers {
         self.change(|state| state.health[member] = Health::Up);
     }
 
+    /// Whether the members are cut off from one another.
+    pub(crate) fn is_split(&self) -> bool {
+        self.lock().split
+    }
+
     /// Cuts the members off from one another, or heals that.
     pub(crate) fn set_split(&self, split: bool) {
         self.change(|state| state.split = split);

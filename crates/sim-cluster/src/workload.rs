@@ -245,11 +245,15 @@ async fn final_reads(volumes: &[Rc<Volume>], run: &Run, who: &str, bounded: bool
 /// Why some object may have no readable copy up while the faults hold: bits flipped in one
 /// OSD's copies and another OSD down or paused (with three copies, the third may be one still
 /// catching up), with `min_size` 1 any OSD down or paused, two OSDs down or paused, the mon
-/// (or the store's leader) and an OSD, or the store's quorum (no OSD can renew its lease).
+/// (or the store's leader) and an OSD, or the store's quorum, lost or split (no OSD can renew
+/// its lease: one whose lease lapsed before cannot ride through, and nothing fails its PGs over).
 fn two_copies_impaired(nodes: &Nodes, min_size: u8) -> Option<String> {
     if let Some(members) = nodes.store_faults.members() {
         if members.leader().is_none() && !members.all_up() {
             return Some("the store has lost its quorum".to_string());
+        }
+        if members.leader().is_none() && members.is_split() {
+            return Some("the store's members are cut off from one another".to_string());
         }
     }
     // An OSD whose drive the faults left failing is down too, if it has not finished stopping.
